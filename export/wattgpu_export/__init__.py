@@ -1,0 +1,1 @@
+"""WattGPU export: XGBoost → ONNX with a parity gate, feature schema and hashes."""

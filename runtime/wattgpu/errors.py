@@ -1,0 +1,52 @@
+"""One error hierarchy: every input problem the runtime can detect is a WattGPUError.
+
+Messages are single-line, name the entity and field at fault, and say how to fix it.
+"""
+from __future__ import annotations
+
+
+class WattGPUError(Exception):
+    """Base class for every error WattGPU raises on purpose."""
+
+    exit_code: int = 2
+
+
+class UnknownEntityError(WattGPUError, LookupError):
+    """A GPU or LLM name that is neither in the catalog nor a readable file."""
+
+    def __init__(self, kind: str, name: str, suggestions: list[str] | tuple[str, ...] = ()) -> None:
+        self.kind, self.name, self.suggestions = kind, name, tuple(suggestions)
+        hint = f" Did you mean: {', '.join(self.suggestions)}?" if self.suggestions else ""
+        listing = "gpus" if kind == "GPU" else "llms"
+        super().__init__(
+            f"Unknown {kind} {name!r}.{hint} (list them with `wattgpu {listing}`, or pass a JSON/config file path)"
+        )
+
+
+class SpecValidationError(WattGPUError, ValueError):
+    """A spec field (GPU, LLM or workload) is missing, of the wrong type, not finite or out of range."""
+
+    def __init__(self, entity: str, field: str, value: object, expected: str) -> None:
+        self.entity, self.field, self.value, self.expected = entity, field, value, expected
+        shown = repr(value)
+        if len(shown) > 60:
+            shown = shown[:57] + "..."
+        super().__init__(f"{entity}: field '{field}' = {shown} is invalid; expected {expected}")
+
+
+class ConfigFileError(WattGPUError, ValueError):
+    """A config/spec file that cannot be read or parsed safely."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path, self.problem = path, problem
+        super().__init__(f"{path}: {problem}")
+
+
+class ModelFitError(WattGPUError):
+    """The LLM does not fit in the GPU's memory (weights + minimal KV cache)."""
+
+
+class ArtifactError(WattGPUError):
+    """A packaged model, schema or catalog file is missing, corrupt or mismatched."""
+
+    exit_code = 3

@@ -1,0 +1,285 @@
+"""GPU and LLM descriptions (frozen dataclasses) and the packaged catalog with alias/fuzzy lookup."""
+from __future__ import annotations
+
+import difflib
+import json
+import math
+from dataclasses import dataclass, field, fields
+from functools import lru_cache
+from importlib import resources
+from typing import Any, Mapping
+
+from .errors import ArtifactError, SpecValidationError, UnknownEntityError
+
+CATALOG_RESOURCE = "specs.json"  # inside wattgpu/models/, a snapshot of the repo's top-level specs.json
+
+# Physical ranges every GPU field the features use must satisfy: (min, max, unit).
+GPU_RANGES: dict[str, tuple[float, float, str]] = {
+    "tdp_w": (5.0, 2000.0, "W"),
+    "memory_size_gb": (1.0, 2048.0, "GB"),
+    "memory_bandwidth_gb_s": (20.0, 20000.0, "GB/s"),
+    "fp16_tflops": (0.1, 20000.0, "dense FP16 TFLOPS"),
+    "base_clock_mhz": (100.0, 4000.0, "MHz"),
+    "boost_clock_mhz": (100.0, 4000.0, "MHz"),
+    "transistors_million": (100.0, 1_000_000.0, "million transistors"),
+    "release_year": (2010.0, 2035.0, "year"),
+    "idle_power_w": (0.5, 500.0, "W"),
+}
+GPU_OPTIONAL = {"base_clock_mhz", "boost_clock_mhz", "idle_power_w"}
+
+LLM_RANGES: dict[str, tuple[float, float, str]] = {
+    "num_layers": (1, 1000, "layers"),
+    "hidden_size": (16, 200_000, "hidden units"),
+    "num_attention_heads": (1, 1024, "heads"),
+    "num_kv_heads": (1, 1024, "KV heads"),
+    "head_dim": (4, 2048, "per-head dimension"),
+    "intermediate_size": (1, 2_000_000, "FFN units"),
+    "vocab_size": (1, 10_000_000, "tokens"),
+    "total_params_b": (0.01, 10_000.0, "billion parameters"),
+    "active_params_b": (0.01, 10_000.0, "billion parameters"),
+    "weight_bytes_per_param": (0.1, 4.0, "bytes per parameter"),
+}
+
+MEMORY_TYPES = ("GDDR5", "GDDR6", "GDDR6X", "GDDR7", "HBM2", "HBM2e", "HBM3", "HBM3e", "LPDDR5")
+ARCH_CLASSES = (
+    "decoder_transformer",
+    "decoder_moe_transformer",
+    "hybrid_mamba_transformer",
+    "ssm_mamba",
+    "rnn_rwkv",
+    "encoder_decoder_t5",
+)
+
+
+def check_number(entity: str, name: str, value: Any, lo: float, hi: float, unit: str) -> float:
+    """Return ``value`` as a finite float within [lo, hi] or raise a SpecValidationError naming the field."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SpecValidationError(entity, name, value, f"a number in [{lo:g}, {hi:g}] {unit}")
+    v = float(value)
+    if not math.isfinite(v) or v < lo or v > hi:
+        raise SpecValidationError(entity, name, value, f"a finite number in [{lo:g}, {hi:g}] {unit}")
+    return v
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """Spec-sheet numbers of one GPU (per GPU, dense tensor rates, decimal GB/s)."""
+
+    name: str
+    tdp_w: float
+    memory_size_gb: float
+    memory_bandwidth_gb_s: float
+    fp16_tflops: float
+    transistors_million: float
+    release_year: int
+    memory_type: str = "HBM3"
+    architecture: str = "unknown"
+    form_factor: str = "unknown"
+    base_clock_mhz: float | None = None
+    boost_clock_mhz: float | None = None
+    bf16_tflops: float | None = None
+    fp8_tflops: float | None = None
+    fp32_tflops: float | None = None
+    l2_cache_mb: float | None = None
+    sm_count: int | None = None
+    idle_power_w: float | None = None
+    idle_power_source: str | None = None
+    aliases: tuple[str, ...] = ()
+    source: str = "user"
+
+    def __post_init__(self) -> None:
+        entity = f"GPU {self.name!r}"
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise SpecValidationError("GPU", "name", self.name, "a non-empty string")
+        for fname, (lo, hi, unit) in GPU_RANGES.items():
+            value = getattr(self, fname)
+            if value is None and fname in GPU_OPTIONAL:
+                continue
+            object.__setattr__(self, fname, check_number(entity, fname, value, lo, hi, unit))
+        object.__setattr__(self, "release_year", int(self.release_year))
+        if self.memory_type not in MEMORY_TYPES:
+            raise SpecValidationError(entity, "memory_type", self.memory_type, f"one of {', '.join(MEMORY_TYPES)}")
+        if self.base_clock_mhz and self.boost_clock_mhz and self.boost_clock_mhz < self.base_clock_mhz:
+            raise SpecValidationError(entity, "boost_clock_mhz", self.boost_clock_mhz, "boost clock >= base clock")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], entity: str = "GPU") -> "GpuSpec":
+        """Build from a mapping (catalog entry or user JSON); unknown keys are rejected by name."""
+        known = {f.name for f in fields(cls)}
+        if not isinstance(data, Mapping):
+            raise SpecValidationError(entity, "<root>", type(data).__name__, "a JSON object of GPU spec fields")
+        unknown = sorted(k for k in data if k not in known)
+        if unknown:
+            raise SpecValidationError(entity, unknown[0], data[unknown[0]], f"one of the GPU fields: {', '.join(sorted(known))}")
+        missing = [f.name for f in fields(cls) if f.name not in data and f.default is dataclass_missing()]
+        if missing:
+            raise SpecValidationError(entity, missing[0], None, f"a value (required GPU fields: {', '.join(missing)})")
+        kwargs = dict(data)
+        if "aliases" in kwargs:
+            kwargs["aliases"] = tuple(kwargs["aliases"])
+        return cls(**kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["aliases"] = list(self.aliases)
+        return out
+
+
+@dataclass(frozen=True)
+class LlmSpec:
+    """Architecture metadata of one LLM, as read from its Hugging Face config.json."""
+
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_kv_heads: int
+    total_params_b: float
+    active_params_b: float
+    intermediate_size: int = 0
+    head_dim: int = 0  # 0 → hidden_size // num_attention_heads
+    vocab_size: int = 32000
+    model_type: str = "unknown"
+    arch_class: str = "decoder_transformer"
+    max_position_embeddings: int | None = None
+    tie_word_embeddings: bool = False
+    num_experts: int = 0
+    experts_per_tok: int = 0
+    sliding_window: int | None = None
+    weight_bytes_per_param: float = 2.0
+    precision: str = "bfloat16"
+    quantized: bool = False
+    kv_layers: int = 0  # layers holding a KV cache; 0 → num_layers
+    source: str = "user"
+    confidence: str = "user"
+
+    def __post_init__(self) -> None:
+        entity = f"LLM {self.name!r}"
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise SpecValidationError("LLM", "name", self.name, "a non-empty string")
+        if self.head_dim == 0 and isinstance(self.hidden_size, int) and isinstance(self.num_attention_heads, int) \
+                and self.num_attention_heads > 0:
+            if self.hidden_size % self.num_attention_heads:
+                raise SpecValidationError(entity, "num_attention_heads", self.num_attention_heads,
+                                          f"a divisor of hidden_size {self.hidden_size}, or give head_dim explicitly")
+            object.__setattr__(self, "head_dim", self.hidden_size // self.num_attention_heads)
+        if self.intermediate_size == 0 and isinstance(self.hidden_size, int):
+            object.__setattr__(self, "intermediate_size", 4 * self.hidden_size)
+        for fname, (lo, hi, unit) in LLM_RANGES.items():
+            value = getattr(self, fname)
+            checked = check_number(entity, fname, value, lo, hi, unit)
+            if fname not in ("total_params_b", "active_params_b", "weight_bytes_per_param"):
+                if checked != int(checked):
+                    raise SpecValidationError(entity, fname, value, f"an integer in [{lo:g}, {hi:g}] {unit}")
+                checked = int(checked)
+            object.__setattr__(self, fname, checked)
+        if self.num_kv_heads > self.num_attention_heads:
+            raise SpecValidationError(entity, "num_kv_heads", self.num_kv_heads,
+                                      f"at most num_attention_heads ({self.num_attention_heads})")
+        if self.active_params_b > self.total_params_b * 1.001:
+            raise SpecValidationError(entity, "active_params_b", self.active_params_b,
+                                      f"at most total_params_b ({self.total_params_b})")
+        if self.arch_class not in ARCH_CLASSES:
+            raise SpecValidationError(entity, "arch_class", self.arch_class, f"one of {', '.join(ARCH_CLASSES)}")
+        if self.kv_layers == 0:
+            object.__setattr__(self, "kv_layers", self.num_layers)
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 1
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], entity: str = "LLM") -> "LlmSpec":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(k for k in data if k not in known)
+        if unknown:
+            raise SpecValidationError(entity, unknown[0], data[unknown[0]], f"one of the LLM fields: {', '.join(sorted(known))}")
+        missing = [f.name for f in fields(cls) if f.name not in data and f.default is dataclass_missing()]
+        if missing:
+            raise SpecValidationError(entity, missing[0], None, f"a value (required LLM fields: {', '.join(missing)})")
+        return cls(**dict(data))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def dataclass_missing() -> Any:
+    from dataclasses import MISSING
+
+    return MISSING
+
+
+def _norm(name: str) -> str:
+    return " ".join(name.lower().replace("_", " ").split())
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """The versioned catalog of GPUs and LLMs with case-insensitive name/alias lookup."""
+
+    version: str
+    gpus: tuple[GpuSpec, ...]
+    llms: tuple[LlmSpec, ...]
+    _gpu_index: dict[str, GpuSpec] = field(repr=False, compare=False, default_factory=dict)
+    _llm_index: dict[str, LlmSpec] = field(repr=False, compare=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for g in self.gpus:
+            for key in (g.name, *g.aliases):
+                self._gpu_index.setdefault(_norm(key), g)
+        for m in self.llms:
+            self._llm_index.setdefault(_norm(m.name), m)
+            short = m.name.split("/", 1)[-1]
+            self._llm_index.setdefault(_norm(short), m)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Catalog":
+        try:
+            gpus = tuple(GpuSpec.from_dict(g["spec"], entity=f"catalog GPU {g['spec'].get('name')!r}") for g in data["gpus"])
+            llms = tuple(LlmSpec.from_dict(m["spec"], entity=f"catalog LLM {m['spec'].get('name')!r}") for m in data["llms"])
+            return cls(version=str(data["catalog_version"]), gpus=gpus, llms=llms)
+        except (KeyError, TypeError) as exc:
+            raise ArtifactError(f"specs.json: malformed catalog ({exc!r}); reinstall wattgpu or rebuild the catalog") from None
+
+    def gpu(self, name: str) -> GpuSpec:
+        """Find a GPU by name or alias (case-insensitive); unknown names raise with close matches."""
+        hit = self._gpu_index.get(_norm(name))
+        if hit is None:
+            raise UnknownEntityError("GPU", name, self._suggest(name, self._gpu_index))
+        return hit
+
+    def llm(self, name: str) -> LlmSpec:
+        """Find an LLM by Hugging Face id (or the part after the organisation), case-insensitive."""
+        hit = self._llm_index.get(_norm(name))
+        if hit is None:
+            raise UnknownEntityError("LLM", name, self._suggest(name, self._llm_index))
+        return hit
+
+    @staticmethod
+    def _suggest(name: str, index: Mapping[str, Any]) -> list[str]:
+        keys = difflib.get_close_matches(_norm(name), list(index), n=6, cutoff=0.5)
+        seen: list[str] = []
+        for k in keys:
+            canonical = index[k].name
+            if canonical not in seen:
+                seen.append(canonical)
+        return seen[:3]
+
+
+@lru_cache(maxsize=1)
+def catalog_json_bytes() -> bytes:
+    """Raw bytes of the packaged catalog snapshot."""
+    try:
+        return resources.files("wattgpu").joinpath("models", CATALOG_RESOURCE).read_bytes()
+    except (FileNotFoundError, OSError) as exc:
+        raise ArtifactError(f"wattgpu/models/{CATALOG_RESOURCE} is missing ({exc}); reinstall wattgpu") from None
+
+
+@lru_cache(maxsize=1)
+def default_catalog() -> Catalog:
+    """The catalog shipped with the package (loaded once per process)."""
+    try:
+        data = json.loads(catalog_json_bytes())
+    except ValueError as exc:
+        raise ArtifactError(f"wattgpu/models/{CATALOG_RESOURCE} is not valid JSON ({exc}); reinstall wattgpu") from None
+    return Catalog.from_json(data)

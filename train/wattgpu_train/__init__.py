@@ -1,0 +1,1 @@
+"""WattGPU training side: load measurements, fit XGBoost, evaluate (needs the [train] extras)."""

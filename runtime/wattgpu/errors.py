@@ -42,6 +42,10 @@ class ConfigFileError(WattGPUError, ValueError):
         super().__init__(f"{path}: {problem}")
 
 
+class UnsupportedModelError(WattGPUError):
+    """An LLM architecture WattGPU's features cannot describe (no attention, no KV cache)."""
+
+
 class ModelFitError(WattGPUError):
     """The LLM does not fit in the GPU's memory (weights + minimal KV cache)."""
 

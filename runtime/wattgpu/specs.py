@@ -9,7 +9,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any, Mapping
 
-from .errors import ArtifactError, SpecValidationError, UnknownEntityError
+from .errors import ArtifactError, SpecValidationError, UnknownEntityError, UnsupportedModelError
 
 CATALOG_RESOURCE = "specs.json"  # inside wattgpu/models/, a snapshot of the repo's top-level specs.json
 
@@ -25,7 +25,7 @@ GPU_RANGES: dict[str, tuple[float, float, str]] = {
     "release_year": (2010.0, 2035.0, "year"),
     "idle_power_w": (0.5, 500.0, "W"),
 }
-GPU_OPTIONAL = {"base_clock_mhz", "boost_clock_mhz", "idle_power_w"}
+GPU_OPTIONAL = {"base_clock_mhz", "boost_clock_mhz", "idle_power_w", "transistors_million"}
 
 LLM_RANGES: dict[str, tuple[float, float, str]] = {
     "num_layers": (1, 1000, "layers"),
@@ -70,7 +70,7 @@ class GpuSpec:
     memory_size_gb: float
     memory_bandwidth_gb_s: float
     fp16_tflops: float
-    transistors_million: float
+    transistors_million: float | None
     release_year: int
     memory_type: str = "HBM3"
     architecture: str = "unknown"
@@ -220,6 +220,7 @@ class Catalog:
     version: str
     gpus: tuple[GpuSpec, ...]
     llms: tuple[LlmSpec, ...]
+    unsupported_llms: tuple[tuple[str, str], ...] = ()  # (name, why WattGPU cannot model it)
     _gpu_index: dict[str, GpuSpec] = field(repr=False, compare=False, default_factory=dict)
     _llm_index: dict[str, LlmSpec] = field(repr=False, compare=False, default_factory=dict)
 
@@ -236,8 +237,9 @@ class Catalog:
     def from_json(cls, data: Mapping[str, Any]) -> "Catalog":
         try:
             gpus = tuple(GpuSpec.from_dict(g["spec"], entity=f"catalog GPU {g['spec'].get('name')!r}") for g in data["gpus"])
-            llms = tuple(LlmSpec.from_dict(m["spec"], entity=f"catalog LLM {m['spec'].get('name')!r}") for m in data["llms"])
-            return cls(version=str(data["catalog_version"]), gpus=gpus, llms=llms)
+            llms = tuple(LlmSpec.from_dict(m["spec"], entity=f"catalog LLM {m['name']!r}") for m in data["llms"] if m["spec"])
+            unsupported = tuple((m["name"], m["unsupported_reason"]) for m in data["llms"] if not m["spec"])
+            return cls(version=str(data["catalog_version"]), gpus=gpus, llms=llms, unsupported_llms=unsupported)
         except (KeyError, TypeError) as exc:
             raise ArtifactError(f"specs.json: malformed catalog ({exc!r}); reinstall wattgpu or rebuild the catalog") from None
 
@@ -252,6 +254,9 @@ class Catalog:
         """Find an LLM by Hugging Face id (or the part after the organisation), case-insensitive."""
         hit = self._llm_index.get(_norm(name))
         if hit is None:
+            for known, why in self.unsupported_llms:
+                if _norm(known) == _norm(name) or _norm(known.split("/", 1)[-1]) == _norm(name):
+                    raise UnsupportedModelError(f"LLM {known!r} is in the catalog but cannot be modelled: {why}")
             raise UnknownEntityError("LLM", name, self._suggest(name, self._llm_index))
         return hit
 

@@ -1,0 +1,250 @@
+"""THE feature definition: named functions of (GPU, LLM, workload) columns, shared by training and runtime.
+
+``columns(rows)`` turns (GpuSpec, LlmSpec, Workload) triples into raw numpy columns; each registered
+feature maps those columns to one float64 array; ``matrix(names, cols)`` stacks them in schema order
+as float32 (what XGBoost was trained on and what onnxruntime consumes).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from . import physics
+from .specs import GpuSpec, LlmSpec, MEMORY_TYPES
+from .workload import ENGINES, KINDS, Workload
+
+Columns = dict[str, np.ndarray]
+
+# Ordinal vocabularies (fixed order: codes are part of the trained models' meaning).
+MEMORY_TYPE_ORDER = ("LPDDR5", "GDDR5", "GDDR6", "GDDR6X", "GDDR7", "HBM2", "HBM2e", "HBM3", "HBM3e")
+SCENARIOS = ("offline", "server_low", "server_high", "closed_loop")
+MODEL_TYPES = (
+    "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3",
+    "gemma3_text", "phi", "phi3", "phi3small", "phimoe", "gpt_neox", "gptj", "gpt2", "gpt_bigcode", "starcoder2",
+    "falcon", "mpt", "bloom", "codegen", "stablelm", "olmo2", "olmoe", "granite", "granitemoe", "internlm2",
+    "deepseek", "deepseek_v3", "nemotron", "nemotron_h", "gpt_oss", "llama4", "exaone", "cohere", "solar",
+)
+assert set(MEMORY_TYPE_ORDER) == set(MEMORY_TYPES)
+
+
+def _code(vocab: Sequence[str], value: str) -> float:
+    """Ordinal code of ``value`` in ``vocab``; NaN when unseen (trees route NaN down the learned default)."""
+    try:
+        return float(vocab.index(value))
+    except ValueError:
+        return math.nan
+
+
+def _opt(x: float | None) -> float:
+    return math.nan if x is None else float(x)
+
+
+# Raw per-row columns read from the specs; everything else derives from these.
+_GPU_FIELDS = ("tdp_w", "memory_size_gb", "memory_bandwidth_gb_s", "fp16_tflops", "release_year")
+_LLM_FIELDS = ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "head_dim", "intermediate_size",
+               "vocab_size", "total_params_b", "active_params_b", "num_experts", "experts_per_tok",
+               "weight_bytes_per_param", "kv_layers")
+_WL_FIELDS = ("max_batch", "input_tokens", "output_tokens", "gpu_memory_utilization")
+
+
+def columns(rows: Iterable[tuple[GpuSpec, LlmSpec, Workload]]) -> Columns:
+    """Raw numeric columns for a batch of (GPU, LLM, workload) triples."""
+    rows = list(rows)
+    cols: dict[str, list[float]] = {}
+
+    def put(key: str, values: Iterable[float]) -> None:
+        cols[key] = list(values)
+
+    gpus = [r[0] for r in rows]
+    llms = [r[1] for r in rows]
+    wls = [r[2] for r in rows]
+    for f in _GPU_FIELDS:
+        put("gpu_" + f, (float(getattr(g, f)) for g in gpus))
+    put("gpu_base_clock_mhz", (_opt(g.base_clock_mhz) for g in gpus))
+    put("gpu_boost_clock_mhz", (_opt(g.boost_clock_mhz) for g in gpus))
+    put("gpu_transistors_million", (_opt(g.transistors_million) for g in gpus))
+    put("gpu_memory_type_code", (_code(MEMORY_TYPE_ORDER, g.memory_type) for g in gpus))
+    for f in _LLM_FIELDS:
+        put("llm_" + f, (float(getattr(m, f)) for m in llms))
+    put("llm_model_type_code", (_code(MODEL_TYPES, m.model_type) for m in llms))
+    for f in _WL_FIELDS:
+        put("wl_" + f, (float(getattr(w, f)) for w in wls))
+    put("wl_kind_code", (_code(KINDS, w.kind) for w in wls))
+    put("wl_engine_code", (_code(ENGINES, w.engine) for w in wls))
+    put("wl_scenario_code", (_code(SCENARIOS, physics.paper_scenario(w.kind, w.qps)) for w in wls))
+    put("wl_qps", (_opt(w.qps) for w in wls))
+    put("wl_concurrency", (_opt(w.concurrency) for w in wls))
+    put("wl_num_requests", (math.inf if w.num_requests is None else float(w.num_requests) for w in wls))
+    out = {k: np.asarray(v, dtype=np.float64) for k, v in cols.items()}
+    return derive(out)
+
+
+def derive(c: Columns) -> Columns:
+    """Add the physics-derived columns (in place) and return ``c``."""
+    c["weights_bytes"] = physics.weight_bytes(c["llm_total_params_b"], c["llm_weight_bytes_per_param"])
+    c["active_weights_bytes"] = physics.weight_bytes(c["llm_active_params_b"], c["llm_weight_bytes_per_param"])
+    c["kv_per_token"] = physics.kv_bytes_per_token(c["llm_kv_layers"], c["llm_num_kv_heads"], c["llm_head_dim"])
+    c["context_tokens"] = c["wl_input_tokens"] + c["wl_output_tokens"]
+    c["kv_budget"] = physics.kv_budget_bytes(c["gpu_memory_size_gb"], c["wl_gpu_memory_utilization"], c["weights_bytes"])
+    c["fit_batch"] = physics.max_batch_that_fits(c["kv_budget"], c["kv_per_token"], c["context_tokens"])
+    c["eff_batch"] = physics.effective_batch(c["wl_max_batch"], c["wl_concurrency"], c["wl_num_requests"], c["fit_batch"])
+    c["mean_context"] = c["wl_input_tokens"] + 0.5 * c["wl_output_tokens"]
+    c["step_bytes"] = physics.decode_step_bytes(c["active_weights_bytes"], c["weights_bytes"], c["eff_batch"],
+                                                c["kv_per_token"], c["mean_context"], c["llm_num_experts"],
+                                                c["llm_experts_per_tok"])
+    c["roofline_itl_s"] = physics.roofline_step_s(c["step_bytes"], c["eff_batch"], c["llm_active_params_b"],
+                                                  c["gpu_memory_bandwidth_gb_s"], c["gpu_fp16_tflops"])
+    return c
+
+
+@dataclass(frozen=True)
+class Feature:
+    name: str
+    unit: str
+    description: str
+    fn: Callable[[Columns], np.ndarray]
+
+
+REGISTRY: dict[str, Feature] = {}
+
+
+def feature(name: str, unit: str, description: str) -> Callable[[Callable[[Columns], np.ndarray]], Callable[[Columns], np.ndarray]]:
+    def register(fn: Callable[[Columns], np.ndarray]) -> Callable[[Columns], np.ndarray]:
+        if name in REGISTRY:
+            raise ValueError(f"feature {name!r} defined twice")
+        REGISTRY[name] = Feature(name, unit, description, fn)
+        return fn
+    return register
+
+
+def _alias(name: str, column: str, unit: str, description: str) -> None:
+    feature(name, unit, description)(lambda c, _k=column: c[_k])
+
+
+# --- GPU spec-sheet features
+_alias("gpu_tdp_w", "gpu_tdp_w", "W", "board power limit (TDP)")
+_alias("gpu_mem_bw_gb_s", "gpu_memory_bandwidth_gb_s", "GB/s", "peak DRAM bandwidth")
+_alias("gpu_mem_gb", "gpu_memory_size_gb", "GB", "GPU memory capacity")
+_alias("gpu_fp16_tflops", "gpu_fp16_tflops", "TFLOPS", "dense FP16 tensor peak")
+_alias("gpu_release_year", "gpu_release_year", "year", "launch year")
+_alias("gpu_base_clock_mhz", "gpu_base_clock_mhz", "MHz", "base graphics clock (NaN if unpublished)")
+_alias("gpu_mem_type_code", "gpu_memory_type_code", "ordinal", f"memory type in order {MEMORY_TYPE_ORDER}")
+_alias("gpu_transistors_million", "gpu_transistors_million", "million", "transistor count (NaN if unpublished)")
+
+
+@feature("gpu_boost_base_ratio", "ratio", "boost / base clock")
+def _boost_ratio(c: Columns) -> np.ndarray:
+    return c["gpu_boost_clock_mhz"] / c["gpu_base_clock_mhz"]
+
+
+@feature("gpu_ridge_flop_per_byte", "FLOP/byte", "FP16 peak / bandwidth: arithmetic intensity of the roofline ridge")
+def _ridge(c: Columns) -> np.ndarray:
+    return c["gpu_fp16_tflops"] * 1e12 / (c["gpu_memory_bandwidth_gb_s"] * 1e9)
+
+
+@feature("gpu_bw_per_tdp", "GB/s/W", "bandwidth per watt of TDP")
+def _bw_per_w(c: Columns) -> np.ndarray:
+    return c["gpu_memory_bandwidth_gb_s"] / c["gpu_tdp_w"]
+
+
+@feature("gpu_tflops_per_tdp", "TFLOPS/W", "FP16 peak per watt of TDP")
+def _fl_per_w(c: Columns) -> np.ndarray:
+    return c["gpu_fp16_tflops"] / c["gpu_tdp_w"]
+
+
+# --- LLM config features
+_alias("llm_params_b", "llm_total_params_b", "1e9", "total parameters")
+_alias("llm_active_params_b", "llm_active_params_b", "1e9", "parameters used per token (MoE: top-k experts)")
+_alias("llm_layers", "llm_num_layers", "count", "hidden layers")
+_alias("llm_hidden", "llm_hidden_size", "count", "hidden size")
+_alias("llm_heads", "llm_num_attention_heads", "count", "attention heads")
+_alias("llm_kv_heads", "llm_num_kv_heads", "count", "KV heads (GQA)")
+_alias("llm_model_type_code", "llm_model_type_code", "ordinal", "config model_type (NaN if unseen)")
+
+
+@feature("llm_log_params_b", "log(1e9)", "natural log of total parameters in billions")
+def _log_params(c: Columns) -> np.ndarray:
+    return np.log(c["llm_total_params_b"])
+
+
+@feature("llm_weights_gb", "GB", "weight bytes resident on the GPU")
+def _weights_gb(c: Columns) -> np.ndarray:
+    return c["weights_bytes"] / 1e9
+
+
+@feature("llm_kv_kb_per_token", "KB", "KV-cache bytes per token (K and V, all attention layers)")
+def _kv_kb(c: Columns) -> np.ndarray:
+    return c["kv_per_token"] / 1e3
+
+
+@feature("llm_is_moe", "bool", "1 for mixture-of-experts models")
+def _is_moe(c: Columns) -> np.ndarray:
+    return (c["llm_num_experts"] > 1).astype(np.float64)
+
+
+# --- workload features
+_alias("wl_kind_code", "wl_kind_code", "ordinal", f"workload kind in order {KINDS}")
+_alias("wl_engine_code", "wl_engine_code", "ordinal", f"engine in order {ENGINES}")
+_alias("wl_scenario_code", "wl_scenario_code", "ordinal", f"paper scenario in order {SCENARIOS}")
+_alias("wl_max_batch", "wl_max_batch", "sequences", "engine batch cap (max_num_seqs)")
+_alias("wl_input_tokens", "wl_input_tokens", "tokens", "mean prompt length")
+_alias("wl_output_tokens", "wl_output_tokens", "tokens", "mean generated length")
+
+
+@feature("wl_log_eff_batch", "log(sequences)", "log of the effective decode batch (cap, requests, memory)")
+def _log_batch(c: Columns) -> np.ndarray:
+    return np.log(c["eff_batch"])
+
+
+@feature("wl_kv_cache_gb", "GB", "KV cache held by the effective batch at mean context")
+def _kv_gb(c: Columns) -> np.ndarray:
+    return c["eff_batch"] * c["kv_per_token"] * c["mean_context"] / 1e9
+
+
+@feature("wl_mem_headroom", "fraction", "GPU memory free after weights and the batch's KV cache")
+def _headroom(c: Columns) -> np.ndarray:
+    used = c["weights_bytes"] + c["eff_batch"] * c["kv_per_token"] * c["mean_context"]
+    return 1.0 - used / (c["gpu_memory_size_gb"] * 1e9)
+
+
+# --- physics features
+@feature("bw_latency_s", "s", "paper: 2·params_B / bandwidth_GB_s")
+def _bw_lat(c: Columns) -> np.ndarray:
+    return physics.bandwidth_latency_s(c["llm_total_params_b"], c["gpu_memory_bandwidth_gb_s"])
+
+
+@feature("compute_latency_s", "s", "paper: 2·params / FP16 FLOPS")
+def _cmp_lat(c: Columns) -> np.ndarray:
+    return physics.compute_latency_s(c["llm_total_params_b"], c["gpu_fp16_tflops"])
+
+
+@feature("log_roofline_itl", "log(s)", "log of the roofline decode-step time at the effective batch")
+def _log_roof(c: Columns) -> np.ndarray:
+    return np.log(c["roofline_itl_s"])
+
+
+@feature("roofline_compute_share", "ratio", "FLOP time / memory time of one decode step (>1: compute-bound)")
+def _cshare(c: Columns) -> np.ndarray:
+    t_mem = c["step_bytes"] / (c["gpu_memory_bandwidth_gb_s"] * 1e9)
+    t_flop = 2.0 * c["llm_active_params_b"] * 1e9 * c["eff_batch"] / (c["gpu_fp16_tflops"] * 1e12)
+    return t_flop / t_mem
+
+
+@feature("log_roofline_tok_s_per_w", "log(tok/s/W)", "log roofline throughput per watt of TDP")
+def _tok_per_w(c: Columns) -> np.ndarray:
+    return np.log(c["eff_batch"] / c["roofline_itl_s"] / c["gpu_tdp_w"])
+
+
+def matrix(names: Sequence[str], cols: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Stack the named features in order as a float32 matrix [rows, features]."""
+    unknown = [n for n in names if n not in REGISTRY]
+    if unknown:
+        raise KeyError(f"unknown features {unknown}; known: {sorted(REGISTRY)}")
+    out = np.empty((len(next(iter(cols.values()))), len(names)), dtype=np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for j, n in enumerate(names):
+            out[:, j] = REGISTRY[n].fn(cols)  # type: ignore[arg-type]
+    return out

@@ -1,0 +1,90 @@
+"""Physical quantities from spec sheets: bytes, FLOPs, roofline times, memory fit, baselines.
+
+Vectorised over numpy arrays so the same code serves one prediction, a catalog ranking and
+training matrices. Units: bytes, seconds, watts; parameters in billions (``*_b``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+KV_BYTES_PER_ELEMENT = 2.0  # fp16/bf16 KV cache (vLLM default "auto" for 16-bit models)
+ACTIVATION_RESERVE_FRACTION = 0.05  # of GPU memory kept for activations/CUDA graphs beyond weights + KV
+# Load-scaled TDP baseline factors (paper): offline 0.9, server low 0.2, server high 0.6.
+LS_TDP_RHO = {"offline": 0.9, "server_low": 0.2, "server_high": 0.6, "closed_loop": 0.6}
+SERVER_LOW_QPS_MAX = 0.2  # the paper's split between server_low (0.017 qps) and server_high (0.33 qps)
+
+
+def weight_bytes(total_params_b: np.ndarray, bytes_per_param: np.ndarray) -> np.ndarray:
+    """Bytes of model weights resident on the GPU."""
+    return np.asarray(total_params_b, dtype=np.float64) * 1e9 * bytes_per_param
+
+
+def kv_bytes_per_token(kv_layers: np.ndarray, num_kv_heads: np.ndarray, head_dim: np.ndarray) -> np.ndarray:
+    """KV-cache bytes one token occupies: K and V, every attention layer, GQA-aware (KV heads)."""
+    return 2.0 * np.asarray(kv_layers, dtype=np.float64) * num_kv_heads * head_dim * KV_BYTES_PER_ELEMENT
+
+
+def kv_budget_bytes(memory_gb: np.ndarray, mem_util: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Memory left for the KV cache: engine share of GPU memory minus weights and an activation reserve."""
+    usable = np.asarray(memory_gb, dtype=np.float64) * 1e9 * mem_util
+    return usable - weights - ACTIVATION_RESERVE_FRACTION * np.asarray(memory_gb, dtype=np.float64) * 1e9
+
+
+def max_batch_that_fits(kv_budget: np.ndarray, kv_per_token: np.ndarray, context_tokens: np.ndarray) -> np.ndarray:
+    """Largest number of full-context sequences whose KV cache fits (0 when the weights do not fit)."""
+    per_seq = np.maximum(np.asarray(kv_per_token, dtype=np.float64) * context_tokens, 1.0)
+    return np.floor(np.maximum(kv_budget, 0.0) / per_seq)
+
+
+def effective_batch(max_batch: np.ndarray, concurrency: np.ndarray, num_requests: np.ndarray,
+                    fit: np.ndarray) -> np.ndarray:
+    """Sequences decoding together: the measured/fixed concurrency if given (NaN = not given), else
+    min(batch cap, requests); always capped by what fits in memory, and at least 1."""
+    conc = np.asarray(concurrency, dtype=np.float64)
+    cap = np.where(np.isnan(conc), np.fmin(max_batch, num_requests), conc)
+    return np.maximum(np.fmin(cap, np.maximum(fit, 1.0)), 1.0)
+
+
+def decode_step_bytes(weights_active: np.ndarray, weights_total: np.ndarray, batch: np.ndarray,
+                      kv_per_token: np.ndarray, mean_context: np.ndarray, experts: np.ndarray,
+                      experts_per_tok: np.ndarray) -> np.ndarray:
+    """Bytes read from DRAM in one decode step: the weights touched by the batch plus its KV cache.
+
+    For MoE models a batch of B tokens touches about E·(1-(1-k/E)^B) of the E experts.
+    """
+    batch = np.asarray(batch, dtype=np.float64)
+    e = np.maximum(np.asarray(experts, dtype=np.float64), 1.0)
+    k = np.clip(np.asarray(experts_per_tok, dtype=np.float64), 0.0, e)
+    touched = np.where(e > 1.0, 1.0 - np.power(1.0 - k / e, batch), 1.0)
+    w = weights_active + (weights_total - weights_active) * np.where(e > 1.0, (touched * e - k) / np.maximum(e - k, 1.0), 0.0)
+    return w + batch * kv_per_token * mean_context
+
+
+def roofline_step_s(step_bytes: np.ndarray, batch: np.ndarray, active_params_b: np.ndarray,
+                    bandwidth_gb_s: np.ndarray, fp16_tflops: np.ndarray) -> np.ndarray:
+    """Lower bound on one decode step (= per-sequence ITL): max(bytes / bandwidth, FLOPs / peak)."""
+    t_mem = step_bytes / (np.asarray(bandwidth_gb_s, dtype=np.float64) * 1e9)
+    t_flop = 2.0 * np.asarray(active_params_b, dtype=np.float64) * 1e9 * batch / (np.asarray(fp16_tflops, dtype=np.float64) * 1e12)
+    return np.maximum(t_mem, t_flop)
+
+
+def bandwidth_latency_s(params_b: np.ndarray, bandwidth_gb_s: np.ndarray) -> np.ndarray:
+    """The paper's bandwidth latency: 2·params_B / bandwidth_GB_s (s; fp16 weights read once)."""
+    return 2.0 * np.asarray(params_b, dtype=np.float64) / bandwidth_gb_s
+
+
+def compute_latency_s(params_b: np.ndarray, fp16_tflops: np.ndarray) -> np.ndarray:
+    """The paper's compute latency: 2·params / FLOPS (s per token at batch 1)."""
+    return 2.0 * np.asarray(params_b, dtype=np.float64) * 1e9 / (np.asarray(fp16_tflops, dtype=np.float64) * 1e12)
+
+
+def paper_scenario(kind: str, qps: float | None) -> str:
+    """The paper's scenario label: offline, server_low (< 0.2 qps) or server_high; closed loop kept apart."""
+    if kind == "server":
+        return "server_low" if (qps or 0.0) < SERVER_LOW_QPS_MAX else "server_high"
+    return kind
+
+
+def ls_tdp_power_w(tdp_w: float, scenario: str) -> float:
+    """Load-scaled TDP baseline: ρ × TDP."""
+    return LS_TDP_RHO[scenario] * tdp_w

@@ -1,0 +1,40 @@
+"""Target transforms: what the trees learn and how the runtime turns it back into watts and seconds.
+
+Training calls ``forward``; the runtime calls ``inverse``; both live here once.
+"""
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+import numpy as np
+
+Columns = Mapping[str, np.ndarray]
+
+# name -> (forward(physical, cols) -> learned, inverse(learned, cols) -> physical, description)
+TRANSFORMS: dict[str, tuple[Callable[[np.ndarray, Columns], np.ndarray], Callable[[np.ndarray, Columns], np.ndarray], str]] = {
+    "ratio_to_tdp": (
+        lambda y, c: y / c["gpu_tdp_w"],
+        lambda z, c: z * c["gpu_tdp_w"],
+        "power / TDP (the paper's normalised power)",
+    ),
+    "log_ratio_to_roofline": (
+        lambda y, c: np.log(y / c["roofline_itl_s"]),
+        lambda z, c: np.exp(z) * c["roofline_itl_s"],
+        "log(ITL / roofline decode-step time at the effective batch): an efficiency",
+    ),
+    "log": (
+        lambda y, c: np.log(y),
+        lambda z, c: np.exp(z),
+        "natural log (the paper's ITL target)",
+    ),
+}
+
+
+def forward(name: str, physical: np.ndarray, cols: Columns) -> np.ndarray:
+    """Physical target (W or s/token) → the value the model learns."""
+    return TRANSFORMS[name][0](np.asarray(physical, dtype=np.float64), cols)
+
+
+def inverse(name: str, learned: np.ndarray, cols: Columns) -> np.ndarray:
+    """Model output → physical units (W or s/token)."""
+    return TRANSFORMS[name][1](np.asarray(learned, dtype=np.float64), cols)

@@ -1,0 +1,87 @@
+"""Model recipes: which features, which target transform and which XGBoost settings per target.
+
+``default`` is what we ship; ``paper`` is the WattGPU paper's recipe (features, targets and
+hyperparameters of its notebook), kept for comparison and for reproducing the paper on Watt Counts.
+Hyperparameters are fixed here, before any evaluation, so no held-out row ever chooses them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ModelRecipe:
+    target: str  # "power" | "itl"
+    features: tuple[str, ...]
+    transform: str
+    params: dict[str, Any] = field(default_factory=dict)
+    monotone: dict[str, int] = field(default_factory=dict)  # feature -> +1 / -1
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    power: ModelRecipe
+    itl: ModelRecipe
+
+    def model(self, target: str) -> ModelRecipe:
+        return {"power": self.power, "itl": self.itl}[target]
+
+
+BASE_PARAMS: dict[str, Any] = {
+    "objective": "reg:squarederror",
+    "tree_method": "hist",
+    "random_state": 0,
+    "base_score": 0.0,  # the intercept lives in the trees, so ONNX reproduces XGBoost bit for bit
+    "n_jobs": 1,
+}
+
+_GPU = ("gpu_tdp_w", "gpu_mem_bw_gb_s", "gpu_fp16_tflops", "gpu_mem_gb", "gpu_release_year",
+        "gpu_ridge_flop_per_byte", "gpu_bw_per_tdp", "gpu_tflops_per_tdp")
+_LLM = ("llm_log_params_b", "llm_active_params_b", "llm_layers", "llm_hidden", "llm_kv_heads",
+        "llm_kv_kb_per_token", "llm_is_moe")
+_WL = ("wl_kind_code", "wl_engine_code", "wl_log_eff_batch", "wl_input_tokens", "wl_output_tokens",
+       "wl_kv_cache_gb", "wl_mem_headroom")
+_PHYS = ("bw_latency_s", "compute_latency_s", "log_roofline_itl", "roofline_compute_share",
+         "log_roofline_tok_s_per_w")
+
+DEFAULT = Recipe(
+    name="default",
+    power=ModelRecipe(
+        target="power",
+        features=_GPU + _LLM + _WL + _PHYS,
+        transform="ratio_to_tdp",
+        params={**BASE_PARAMS, "n_estimators": 300, "max_depth": 4, "learning_rate": 0.05,
+                "min_child_weight": 2.0, "reg_lambda": 5.0, "subsample": 1.0},
+    ),
+    itl=ModelRecipe(
+        target="itl",
+        features=_GPU + _LLM + _WL + _PHYS,
+        transform="log_ratio_to_roofline",
+        params={**BASE_PARAMS, "n_estimators": 300, "max_depth": 4, "learning_rate": 0.05,
+                "min_child_weight": 2.0, "reg_lambda": 5.0, "subsample": 1.0},
+    ),
+)
+
+PAPER = Recipe(
+    name="paper",
+    power=ModelRecipe(
+        target="power",
+        features=("wl_scenario_code", "llm_log_params_b", "llm_model_type_code", "llm_kv_heads", "llm_layers",
+                  "gpu_mem_bw_gb_s", "gpu_boost_base_ratio", "gpu_transistors_million", "gpu_base_clock_mhz",
+                  "gpu_release_year", "bw_latency_s"),
+        transform="ratio_to_tdp",
+        params={**BASE_PARAMS, "n_estimators": 200, "max_depth": 6, "reg_lambda": 150.0},
+    ),
+    itl=ModelRecipe(
+        target="itl",
+        features=("wl_scenario_code", "llm_model_type_code", "llm_params_b", "llm_hidden", "llm_heads",
+                  "llm_kv_heads", "llm_layers", "gpu_mem_bw_gb_s", "gpu_mem_gb", "gpu_mem_type_code",
+                  "gpu_fp16_tflops", "gpu_release_year", "bw_latency_s", "compute_latency_s"),
+        transform="log",
+        params={**BASE_PARAMS, "n_estimators": 100, "max_depth": 5, "reg_lambda": 100.0},
+    ),
+)
+
+RECIPES = {r.name: r for r in (DEFAULT, PAPER)}

@@ -93,9 +93,7 @@ def parse_number_list(text: object, *, row: object = None, column: str | None = 
     where = ""
     if row is not None or column is not None:
         where = f" (row {row!r}, column {column!r})"
-    if text is None:
-        return []
-    if isinstance(text, float) and math.isnan(text):
+    if text is None or text is pd.NA or (isinstance(text, float) and math.isnan(text)):
         return []
     if not isinstance(text, str):
         raise ValueError(f"expected a list of numbers as text{where}, got {type(text).__name__}")
@@ -312,7 +310,7 @@ def load_watt_counts(
         {
             "row_id": [f"{SOURCE}:{i}" for i in df.index],
             "source": [SOURCE] * n,
-            "llm": df["model"].astype(str).to_numpy(),
+            "llm": [str(m) for m in df["model"]],
             "gpu": [gmap.get(g, g) for g in df["gpu_type"]],
             "kind": np.where(offline, "offline", "server"),
             "scenario": df["scenario"].to_numpy(),
@@ -330,7 +328,7 @@ def load_watt_counts(
             "x_normalized_power_draw": df["normalized_power_draw"].to_numpy(dtype="float64"),
             "x_paper_itl": df["paper_itl"].to_numpy(dtype="float64"),
             "x_lambda_qps_feature": df["lambda_qps_feature"].to_numpy(dtype="float64"),
-            "x_gpu_type": df["gpu_type"].astype(str).to_numpy(),
+            "x_gpu_type": [str(g) for g in df["gpu_type"]],
         }
     )
     for col, (kind, _) in RECORD_COLUMNS.items():
@@ -338,6 +336,7 @@ def load_watt_counts(
             rec[col] = rec[col].astype("float64")
         else:
             rec[col] = rec[col].astype(object)
+    rec["x_gpu_type"] = rec["x_gpu_type"].astype(object)
     return rec.reset_index(drop=True)
 
 

@@ -1,0 +1,49 @@
+"""The typed result of one prediction."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A prediction interval at ``level`` (e.g. 0.8) in the prediction's own units."""
+
+    level: float
+    low: float
+    high: float
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Power and latency of serving ``llm`` on ``gpu`` under ``workload``, with what follows from them.
+
+    - ``itl_s``: per-sequence time between output tokens (what a user of the service feels).
+    - ``system_s_per_token``: wall time per generated token of the whole GPU (= 1 / throughput).
+    - ``energy_per_token_j`` = ``power_w`` × ``system_s_per_token``.
+    """
+
+    llm: str
+    gpu: str
+    workload: dict[str, Any]
+    power_w: float
+    itl_s: float
+    system_s_per_token: float
+    throughput_tok_s: float
+    energy_per_token_j: float
+    energy_per_request_j: float
+    effective_batch: float
+    busy_fraction: float
+    power_method: str
+    power_intervals: tuple[Interval, ...] = ()
+    itl_intervals: tuple[Interval, ...] = ()
+    baselines: dict[str, float] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (stable keys)."""
+        out = asdict(self)
+        out["power_intervals"] = {f"{int(i.level * 100)}": [i.low, i.high] for i in self.power_intervals}
+        out["itl_intervals"] = {f"{int(i.level * 100)}": [i.low, i.high] for i in self.itl_intervals}
+        out["warnings"] = list(self.warnings)
+        return out

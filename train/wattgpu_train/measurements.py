@@ -1,0 +1,353 @@
+"""Load the public measurement sets in ``data/`` into the record schema (``records.RECORD_COLUMNS``).
+
+Five sources are read from ``data/<source>/rows.csv`` (copied unchanged from the shared data folder):
+``mlenergy_v1``, ``mlenergy_v2``, ``mlenergy_v3``, ``argonne`` and ``llm_pilot``. Each row is mapped
+to the record schema by a per-source function (engine, workload kind, concurrency, which ITL
+statistic), GPUs are mapped through the reviewed table ``data/gpu_map.csv`` and LLMs are checked
+against ``data/catalog/llm_configs.csv``. Then the ordered rules in :data:`EXCLUSIONS` drop rows or
+blank out a target that cannot be used. ``data/README.md`` explains every decision and lists the
+row counts; :func:`exclusion_report` recomputes the per-rule counts.
+
+Extra columns kept after the record columns (all prefixed ``x_``): ``x_precision`` (weight format
+as served: float16, bfloat16, float16|bfloat16, fp8, mxfp4, or ``float16 (assumed)``),
+``x_num_gpus``, ``x_task``, ``x_source_gpu`` (the GPU string as the source spells it) and
+``x_llm_source_name``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .records import RECORD_COLUMNS, check_records
+
+SOURCES: tuple[str, ...] = ("mlenergy_v1", "mlenergy_v2", "mlenergy_v3", "argonne", "llm_pilot")
+DECODER_ARCH_CLASSES = ("decoder_transformer", "decoder_moe_transformer")
+EXTRA_COLUMNS = ("x_precision", "x_num_gpus", "x_task", "x_source_gpu", "x_llm_source_name")
+
+# Engine strings of the argonne `engine` column -> canonical names (workload.ENGINES).
+_ARGONNE_ENGINES = {"vllm": "vllm", "tensorrt-llm": "tensorrt_llm", "deepspeed-mii": "deepspeed_mii"}
+# Requests per offline run where the source states it (mlenergy_v2 README: chat = 500 ShareGPT prompts).
+_V2_REQUESTS = {"chat": 500.0}
+
+
+class MeasurementDataError(ValueError):
+    """A row of a source file cannot be mapped (unknown LLM, unmapped GPU, unknown engine...)."""
+
+
+# --------------------------------------------------------------------------------------------
+# exclusion rules
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Rule:
+    """One exclusion decision.
+
+    ``predicate`` gets the working frame (record columns plus helper columns starting with ``_``)
+    and returns a boolean Series: True marks the rows the rule acts on. ``action`` is ``drop``
+    (remove the row) or ``mask:<column>`` (set that target to NaN, keep the row).
+    """
+
+    name: str
+    reason: str
+    predicate: Callable[[pd.DataFrame], pd.Series]
+    action: str = "drop"
+    only_if_single_gpu: bool = False
+
+
+def _is(df: pd.DataFrame, source: str) -> pd.Series:
+    return df["source"] == source
+
+
+EXCLUSIONS: list[Rule] = [
+    Rule(
+        "multi_gpu",
+        "WattGPU's paper and feature set describe one GPU; power/ITL of tensor- or pipeline-parallel "
+        "runs depend on interconnect and sharding that the features do not carry.",
+        lambda d: d["_num_gpus"] != 1,
+        only_if_single_gpu=True,
+    ),
+    Rule(
+        "non_decoder_architecture",
+        "Only decoder-only transformers (dense or MoE) are modelled; encoder-decoder (T5/UL2/mt0/"
+        "fastchat-t5), RWKV, Mamba and Mamba-transformer hybrids have a different cost per token "
+        "(arch_class from data/catalog/llm_configs.csv).",
+        lambda d: ~d["_arch_class"].isin(DECODER_ARCH_CLASSES),
+    ),
+    Rule(
+        "llm_pilot_broken_run",
+        "llm_pilot README: llama-7b on 1xA10 at 64 users has median ITL 1.18 s with 86% of requests "
+        "failing (0.16 s at 128 users); the run is broken.",
+        lambda d: _is(d, "llm_pilot") & (d["x_llm_source_name"] == "llama-7b") & (d["x_source_gpu"] == "A10")
+        & (d["_num_gpus"] == 1) & (d["concurrency"] == 64),
+    ),
+    Rule(
+        "llm_pilot_failed_requests",
+        "More than 5% of requests failed or were unfinished: the surviving requests are biased short "
+        "(CUDA OOM at high load, 120 s cut-off), so their latency is not the run's latency.",
+        lambda d: _is(d, "llm_pilot") & (d["_failed_fraction"] > 0.05),
+    ),
+    Rule(
+        "argonne_itl_upper_bound",
+        "Where no TTFT was measured, argonne's itl is batch latency / 1024, which includes the prefill "
+        "of the whole static batch of 1024-token prompts; it is an upper bound, not a decode ITL.",
+        lambda d: _is(d, "argonne") & d["_source_itl_stat"].str.startswith("derived upper bound"),
+        action="mask:itl_s",
+    ),
+    Rule(
+        "argonne_power_not_gpu0",
+        "TensorRT-LLM (A100/H100) and DeepSpeed-MII probes sum power over every visible GPU of the "
+        "node (power_scope != gpu0_only), so the value is not one GPU's power.",
+        lambda d: _is(d, "argonne") & (d["_power_scope"] != "gpu0_only"),
+        action="mask:power_w",
+    ),
+    Rule(
+        "no_usable_target",
+        "Neither power_w nor itl_s is left (e.g. argonne TRT-LLM/MII rows at batch 1/32/64 after the "
+        "two masks above); the row cannot train anything.",
+        lambda d: d["power_w"].isna() & d["itl_s"].isna(),
+    ),
+]
+
+
+# --------------------------------------------------------------------------------------------
+# reading
+# --------------------------------------------------------------------------------------------
+def _read_rows(data_dir: Path, source: str) -> pd.DataFrame:
+    path = data_dir / source / "rows.csv"
+    if not path.is_file():
+        raise FileNotFoundError(f"measurement file not found: {path}")
+    return pd.read_csv(path, low_memory=False)
+
+
+def read_gpu_map(data_dir: str | Path) -> dict[tuple[str, str], str]:
+    """(source, GPU string as spelled in rows.csv) -> catalog GPU name, from ``data/gpu_map.csv``."""
+    table = pd.read_csv(Path(data_dir) / "gpu_map.csv", dtype=str)
+    keys = list(zip(table["source"], table["source_gpu_name"]))
+    if len(set(keys)) != len(keys):
+        raise MeasurementDataError("data/gpu_map.csv maps some (source, source_gpu_name) twice")
+    return dict(zip(keys, table["catalog_gpu"]))
+
+
+def _num(s: pd.Series) -> pd.Series:
+    return pd.to_numeric(s, errors="coerce").astype(float)
+
+
+def _nan(n: int) -> np.ndarray:
+    return np.full(n, np.nan)
+
+
+def _values(v):
+    """A scalar stays a scalar (broadcast by the DataFrame); a Series becomes a plain array."""
+    return v.to_numpy() if isinstance(v, pd.Series) else v
+
+
+def _map_mlenergy_v1(raw: pd.DataFrame) -> dict:
+    n = len(raw)
+    return dict(
+        kind="closed_loop",  # one request at a time, next sent when the last finishes
+        engine="hf_transformers",
+        max_batch=np.ones(n),
+        concurrency=np.ones(n),
+        num_requests=_nan(n),
+        input_tokens=_nan(n),  # prompt lengths are not in the source
+        power_w=_num(raw["mean_power_w"]),
+        itl_s=_num(raw["itl_s"]),
+        itl_stat="mean incl. one prefill (latency / response_length, batch 1)",
+        x_precision="float16",
+    )
+
+
+def _map_mlenergy_v2(raw: pd.DataFrame) -> dict:
+    return dict(
+        kind="offline",
+        engine="vllm",
+        max_batch=_num(raw["max_num_seqs"]),
+        concurrency=_num(raw["avg_batch_size"]),
+        num_requests=raw["task"].map(_V2_REQUESTS).astype(float),
+        input_tokens=_nan(len(raw)),  # not in the source
+        power_w=_num(raw["mean_power_w"]),
+        itl_s=_num(raw["itl_s"]),
+        itl_stat="mean (TPOT)",
+        x_precision="float16|bfloat16",  # "model default" per the README
+    )
+
+
+def _map_mlenergy_v3(raw: pd.DataFrame) -> dict:
+    return dict(
+        kind="offline",
+        engine="vllm",
+        max_batch=_num(raw["max_num_seqs"]),
+        concurrency=_num(raw["avg_batch_size"]),
+        num_requests=_nan(len(raw)),
+        input_tokens=_nan(len(raw)),  # the leaderboard JSON has no prompt lengths; left NaN, not guessed
+        power_w=_num(raw["mean_power_w"]),
+        itl_s=_num(raw["itl_s"]),
+        itl_stat="median",
+        x_precision=raw["precision"].astype(str),
+    )
+
+
+def _map_argonne(raw: pd.DataFrame) -> dict:
+    engines = raw["engine"].astype(str).str.strip().str.lower()
+    unknown = sorted(set(engines) - set(_ARGONNE_ENGINES))
+    if unknown:
+        raise MeasurementDataError(f"argonne: unknown engine(s) {unknown}; known: {sorted(_ARGONNE_ENGINES)}")
+    batch = _num(raw["batch_size"])
+    upper = raw["itl_stat"].astype(str).str.startswith("derived upper bound")
+    return dict(
+        kind="offline",
+        engine=engines.map(_ARGONNE_ENGINES),
+        max_batch=batch,
+        concurrency=batch,
+        num_requests=batch,  # one static batch per run
+        input_tokens=_num(raw["input_len_tokens"]),
+        power_w=_num(raw["mean_power_w"]),
+        itl_s=_num(raw["itl_s"]),
+        itl_stat=np.where(upper, "upper bound incl. batch prefill (batch latency / 1024)",
+                          "mean decode ((batch latency - TTFT) / 1023)"),
+        x_precision=raw["precision"].astype(str),
+    )
+
+
+def _map_llm_pilot(raw: pd.DataFrame) -> dict:
+    n = len(raw)
+    return dict(
+        kind="closed_loop",
+        engine="tgi",  # TGIS, IBM's fork of HF TGI
+        max_batch=_nan(n),  # per-GPU tuned TGIS max batch weight, not recorded
+        concurrency=_num(raw["concurrent_users"]),
+        num_requests=_nan(n),
+        input_tokens=_num(raw["input_len_tokens"]),
+        power_w=_nan(n),  # no power in the source
+        itl_s=_num(raw["itl_req_mean_s"]),
+        itl_stat="mean of per-request mean gaps (itl_req_mean_s)",
+        x_precision="float16 (assumed)",  # served dtype not recorded; TGIS loads fp16 on CUDA by default
+    )
+
+
+_MAPPERS = {
+    "mlenergy_v1": _map_mlenergy_v1,
+    "mlenergy_v2": _map_mlenergy_v2,
+    "mlenergy_v3": _map_mlenergy_v3,
+    "argonne": _map_argonne,
+    "llm_pilot": _map_llm_pilot,
+}
+
+
+def _source_frame(data_dir: Path, source: str, gpu_map: dict, arch: pd.Series) -> pd.DataFrame:
+    raw = _read_rows(data_dir, source)
+    n = len(raw)
+
+    unknown_llm = sorted(set(raw["llm"].astype(str)) - set(arch.index))
+    if unknown_llm:
+        raise MeasurementDataError(
+            f"{source}: LLM(s) not in data/catalog/llm_configs.csv: {unknown_llm}; add them to the catalog first")
+    unmapped = sorted({g for g in raw["gpu"].astype(str) if (source, g) not in gpu_map})
+    if unmapped:
+        raise MeasurementDataError(
+            f"{source}: GPU string(s) not in data/gpu_map.csv: {unmapped}; add a reviewed mapping first")
+
+    fields = _MAPPERS[source](raw)
+    out = pd.DataFrame(
+        {
+            "row_id": [f"{source}:{i}" for i in range(n)],
+            "source": source,
+            "llm": raw["llm"].astype(str).to_numpy(),
+            "gpu": [gpu_map[(source, g)] for g in raw["gpu"].astype(str)],
+            "kind": fields["kind"],
+            "scenario": raw["scenario"].astype(str).to_numpy(),
+            "engine": _values(fields["engine"]),
+            "max_batch": np.asarray(fields["max_batch"], dtype=float),
+            "concurrency": np.asarray(fields["concurrency"], dtype=float),
+            "qps": _num(raw["arrival_rate_qps"]).to_numpy(),  # no source has a Poisson scenario: all NaN
+            "num_requests": np.asarray(fields["num_requests"], dtype=float),
+            "input_tokens": np.asarray(fields["input_tokens"], dtype=float),
+            "output_tokens": _num(raw["output_len_tokens"]).to_numpy(),
+            "power_w": np.asarray(fields["power_w"], dtype=float),
+            "itl_s": np.asarray(fields["itl_s"], dtype=float),
+            "system_s_per_token": _num(raw["system_s_per_token"]).to_numpy(),
+            "itl_stat": _values(fields["itl_stat"]),
+            "x_precision": _values(fields["x_precision"]),
+            "x_num_gpus": _num(raw["num_gpus"]).to_numpy(),
+            "x_task": raw["task"].astype(str).to_numpy(),
+            "x_source_gpu": raw["gpu"].astype(str).to_numpy(),
+            "x_llm_source_name": raw["llm_source_name"].astype(str).to_numpy(),
+            # helper columns for the rules; removed before returning
+            "_num_gpus": _num(raw["num_gpus"]).to_numpy(),
+            "_arch_class": raw["llm"].astype(str).map(arch).to_numpy(),
+            "_failed_fraction": _num(raw["failed_fraction"]).to_numpy() if "failed_fraction" in raw else _nan(n),
+            "_power_scope": raw["power_scope"].astype(str).to_numpy() if "power_scope" in raw else "",
+            "_source_itl_stat": raw["itl_stat"].astype(str).to_numpy(),
+        }
+    )
+    return out
+
+
+def _load(data_dir: str | Path, sources: Sequence[str] | None, single_gpu_only: bool):
+    data_dir = Path(data_dir)
+    chosen = list(SOURCES if sources is None else sources)
+    bad = [s for s in chosen if s not in SOURCES]
+    if bad:
+        raise ValueError(f"unknown source(s) {bad}; choose from {', '.join(SOURCES)}")
+    chosen = [s for s in SOURCES if s in chosen]  # canonical, deterministic order
+
+    configs = pd.read_csv(data_dir / "catalog" / "llm_configs.csv", usecols=["hf_id", "arch_class"])
+    arch = configs.drop_duplicates("hf_id").set_index("hf_id")["arch_class"]
+    gpu_map = read_gpu_map(data_dir)
+
+    frames = [_source_frame(data_dir, s, gpu_map, arch) for s in chosen]
+    df = pd.concat(frames, ignore_index=True)
+
+    counts: list[dict] = []
+    for rule in EXCLUSIONS:
+        if rule.only_if_single_gpu and not single_gpu_only:
+            hit = pd.Series(False, index=df.index)
+        else:
+            hit = rule.predicate(df).fillna(False).astype(bool)
+        if rule.action.startswith("mask:"):
+            col = rule.action.split(":", 1)[1]
+            hit = hit & df[col].notna()  # count only values actually removed
+            df.loc[hit, col] = np.nan
+        per_source = df.loc[hit, "source"].value_counts()
+        counts.append({"rule": rule.name, "action": rule.action,
+                       **{s: int(per_source.get(s, 0)) for s in chosen}, "total": int(hit.sum())})
+        if rule.action == "drop":
+            df = df.loc[~hit]
+
+    df = df[[*RECORD_COLUMNS, *EXTRA_COLUMNS]].reset_index(drop=True)
+    check_records(df)
+    report = pd.DataFrame(counts).set_index("rule")
+    return df, report
+
+
+def load_measurements(
+    data_dir: str | Path,
+    *,
+    sources: Sequence[str] | None = None,
+    single_gpu_only: bool = True,
+) -> pd.DataFrame:
+    """Records (``RECORD_COLUMNS`` then the ``x_`` extras) of the chosen sources after :data:`EXCLUSIONS`.
+
+    ``data_dir`` is the repository's ``data/`` folder. Rows come in source order (``SOURCES``), then
+    in file order; ``row_id`` is ``'<source>:<0-based row index in rows.csv>'``. Raises
+    :class:`MeasurementDataError` when a row's LLM is not in the catalog or its GPU string is not
+    in ``gpu_map.csv``.
+    """
+    return _load(data_dir, sources, single_gpu_only)[0]
+
+
+def exclusion_report(
+    data_dir: str | Path,
+    *,
+    sources: Sequence[str] | None = None,
+    single_gpu_only: bool = True,
+) -> pd.DataFrame:
+    """Rows each rule dropped (or values it masked), per source, in rule order, plus the rows kept."""
+    df, report = _load(data_dir, sources, single_gpu_only)
+    chosen = [c for c in report.columns if c not in ("action", "total")]
+    kept = {"action": "kept", **{s: int((df["source"] == s).sum()) for s in chosen}, "total": len(df)}
+    report.loc["kept"] = pd.Series(kept)
+    return report

@@ -1,0 +1,317 @@
+"""Predictor: catalog/user specs → features → onnxruntime → physical power and latency.
+
+onnxruntime sessions are created lazily (CPU provider, one intra-op thread for bit-identical
+results across machines); every model file and the catalog are checked against the sha256 in
+``feature_schema.json`` before first use.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import threading
+from dataclasses import replace
+from importlib import resources
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from . import features as F
+from . import physics
+from .errors import ArtifactError, ModelFitError, WattGPUError
+from .prediction import Interval, Prediction
+from .schema import SCHEMA_FILE, FeatureSchema, ModelSchema
+from .specs import Catalog, GpuSpec, LlmSpec, default_catalog
+from .targets import inverse
+from .workload import Workload
+
+IDLE_FRACTION_OF_TDP = 0.15  # estimate used only when the catalog has no measured idle power
+SERVER_FIXED_POINT_ITERS = 30
+GpuLike = "str | os.PathLike[str] | GpuSpec"
+LlmLike = "str | os.PathLike[str] | LlmSpec"
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+class _ModelDir:
+    """Reads files from the packaged models directory or from an explicit directory."""
+
+    def __init__(self, path: str | os.PathLike[str] | None) -> None:
+        self.path = Path(path) if path is not None else None
+
+    def read(self, name: str) -> bytes:
+        try:
+            if self.path is None:
+                return resources.files("wattgpu").joinpath("models", name).read_bytes()
+            return (self.path / name).read_bytes()
+        except (FileNotFoundError, IsADirectoryError, OSError) as exc:
+            where = self.path or "wattgpu/models"
+            raise ArtifactError(f"{where}/{name}: cannot read model artifact ({exc.__class__.__name__}); "
+                                "reinstall wattgpu or re-export the models") from None
+
+    def label(self, name: str) -> str:
+        return f"{self.path or 'wattgpu/models'}/{name}"
+
+
+class Predictor:
+    """Reusable, thread-safe predictor over one exported model set and catalog."""
+
+    def __init__(self, model_dir: str | os.PathLike[str] | None = None, catalog: Catalog | None = None) -> None:
+        self._dir = _ModelDir(model_dir)
+        self._catalog = catalog
+        self._schema: FeatureSchema | None = None
+        self._sessions: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    # ---- artifacts
+    @property
+    def schema(self) -> FeatureSchema:
+        if self._schema is None:
+            with self._lock:
+                if self._schema is None:
+                    schema = FeatureSchema.from_json(self._dir.read(SCHEMA_FILE), self._dir.label(SCHEMA_FILE))
+                    cat_bytes = self._dir.read(schema.catalog_file)
+                    if _sha256(cat_bytes) != schema.catalog_sha256:
+                        raise ArtifactError(f"{self._dir.label(schema.catalog_file)}: sha256 does not match "
+                                            f"{SCHEMA_FILE}; the catalog was modified — reinstall or re-export")
+                    self._schema = schema
+        return self._schema
+
+    @property
+    def catalog(self) -> Catalog:
+        if self._catalog is None:
+            if self._dir.path is None:
+                self.schema  # verifies the packaged catalog's hash
+                self._catalog = default_catalog()
+            else:
+                import json
+
+                self._catalog = Catalog.from_json(json.loads(self._dir.read(self.schema.catalog_file)))
+        return self._catalog
+
+    def _session(self, target: str) -> Any:
+        sess = self._sessions.get(target)
+        if sess is None:
+            with self._lock:
+                sess = self._sessions.get(target)
+                if sess is None:
+                    sess = self._load_session(self.schema.models[target])
+                    self._sessions[target] = sess
+        return sess
+
+    def _load_session(self, m: ModelSchema) -> Any:
+        import onnxruntime as ort
+
+        data = self._dir.read(m.file)
+        if _sha256(data) != m.sha256:
+            raise ArtifactError(f"{self._dir.label(m.file)}: sha256 does not match {SCHEMA_FILE} "
+                                "(tampered, truncated or from another export); reinstall or re-export")
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = 1
+        opts.inter_op_num_threads = 1
+        opts.log_severity_level = 3
+        try:
+            sess = ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # onnxruntime raises its own exception types
+            raise ArtifactError(f"{self._dir.label(m.file)}: onnxruntime cannot load it ({exc.__class__.__name__})") from None
+        meta = sess.get_modelmeta().custom_metadata_map
+        if meta.get("wattgpu.features") != ",".join(m.feature_names):
+            raise ArtifactError(f"{self._dir.label(m.file)}: its feature list differs from {SCHEMA_FILE}; re-export")
+        return sess
+
+    # ---- spec resolution
+    def resolve_gpu(self, gpu: Any) -> GpuSpec:
+        """A GpuSpec from a spec, a catalog name/alias, or a path to a JSON file of spec-sheet numbers."""
+        if isinstance(gpu, GpuSpec):
+            return gpu
+        if isinstance(gpu, os.PathLike) or (isinstance(gpu, str) and _looks_like_path(gpu)):
+            from .safeio import read_json_file
+
+            data = read_json_file(gpu, what="GPU spec JSON", dir_file=None)
+            return GpuSpec.from_dict(data, entity=f"GPU file {os.fspath(gpu)!r}")
+        if not isinstance(gpu, str):
+            raise WattGPUError(f"gpu: expected a catalog name, a JSON file path or a GpuSpec, got {type(gpu).__name__}")
+        return self.catalog.gpu(gpu)
+
+    def resolve_llm(self, llm: Any) -> LlmSpec:
+        """An LlmSpec from a spec, a catalog id, a config.json path or a model directory holding one."""
+        if isinstance(llm, LlmSpec):
+            return llm
+        if isinstance(llm, os.PathLike) or (isinstance(llm, str) and _looks_like_path(llm)):
+            from .hfconfig import load_llm_file
+
+            return load_llm_file(llm)
+        if not isinstance(llm, str):
+            raise WattGPUError(f"llm: expected a catalog id, a config.json path or an LlmSpec, got {type(llm).__name__}")
+        return self.catalog.llm(llm)
+
+    # ---- prediction
+    def predict(self, llm: Any, gpu: Any, workload: Workload | None = None) -> Prediction:
+        """Predict one (LLM, GPU, workload)."""
+        return self.predict_specs([(self.resolve_gpu(gpu), self.resolve_llm(llm), workload or Workload())])[0]
+
+    def predict_many(self, rows: Iterable[tuple[Any, Any, Workload | None]]) -> list[Prediction]:
+        """Predict many (llm, gpu, workload) rows in one vectorised pass."""
+        triples = [(self.resolve_gpu(g), self.resolve_llm(m), w or Workload()) for m, g, w in rows]
+        return self.predict_specs(triples)
+
+    def predict_specs(self, triples: Sequence[tuple[GpuSpec, LlmSpec, Workload]]) -> list[Prediction]:
+        if not triples:
+            return []
+        domain = self.schema.domain
+        server_learned = "server" in domain.get("kinds", ())
+        evaluated = [(g, m, w if (w.kind != "server" or server_learned) else w) for g, m, w in triples]
+        cols = F.columns(evaluated)
+        _check_fit(triples, cols)
+        out = self._evaluate(cols)
+        server_rows = [i for i, (_, _, w) in enumerate(triples) if w.kind == "server" and not server_learned]
+        mix: dict[int, dict[str, float]] = {}
+        if server_rows:
+            mix = self._server_mix([triples[i] for i in server_rows])
+            mix = {i: mix[k] for k, i in enumerate(server_rows)}
+        return [self._assemble(i, t, cols, out, mix.get(i), server_learned) for i, t in enumerate(triples)]
+
+    def _evaluate(self, cols: F.Columns) -> dict[str, np.ndarray]:
+        res = {}
+        for target, m in self.schema.models.items():
+            X = F.matrix(m.feature_names, cols)
+            learned = self._session(target).run(None, {m.input_name: X})[0].reshape(-1)
+            res[target] = inverse(m.transform, learned.astype(np.float64), cols)
+        return res
+
+    def _server_mix(self, triples: Sequence[tuple[GpuSpec, LlmSpec, Workload]]) -> dict[int, dict[str, float]]:
+        """Poisson server without learned server power: Little's-law concurrency fixed point, then
+        mean power = idle + busy fraction × (busy power − idle)."""
+        qps = np.array([w.qps for _, _, w in triples], dtype=np.float64)
+        out_tok = np.array([w.output_tokens for _, _, w in triples], dtype=np.float64)
+        conc = np.ones(len(triples))
+        for _ in range(SERVER_FIXED_POINT_ITERS):
+            busy = 1.0 - np.exp(-conc)
+            batch = np.maximum(conc / np.maximum(busy, 1e-9), 1.0)
+            wl = [replace(w, kind="closed_loop", qps=None, concurrency=float(b)) for (_, _, w), b in zip(triples, batch)]
+            cols = F.columns([(g, m, x) for (g, m, _), x in zip(triples, wl)])
+            res = self._evaluate(cols)
+            prefill = physics.compute_latency_s(cols["llm_active_params_b"], cols["gpu_fp16_tflops"]) * cols["wl_input_tokens"]
+            request_s = prefill + out_tok * res["itl"]
+            new = qps * request_s
+            if np.allclose(new, conc, rtol=1e-6, atol=1e-9):
+                conc = new
+                break
+            conc = 0.5 * conc + 0.5 * new
+        busy = 1.0 - np.exp(-conc)
+        idle = np.array([g.idle_power_w if g.idle_power_w is not None else IDLE_FRACTION_OF_TDP * g.tdp_w
+                         for g, _, _ in triples])
+        power = idle + busy * np.maximum(res["power"] - idle, 0.0)
+        return {k: {"power": float(power[k]), "itl": float(res["itl"][k]), "busy": float(busy[k]),
+                    "concurrency": float(conc[k]), "batch": float(batch[k]), "request_s": float(request_s[k]),
+                    "idle_estimated": triples[k][0].idle_power_w is None}
+                for k in range(len(triples))}
+
+    def _assemble(self, i: int, triple: tuple[GpuSpec, LlmSpec, Workload], cols: F.Columns,
+                  out: Mapping[str, np.ndarray], mix: dict[str, float] | None, server_learned: bool) -> Prediction:
+        gpu, llm, wl = triple
+        warnings = list(domain_warnings(self.schema.domain, gpu, llm, wl))
+        batch = float(cols["eff_batch"][i])
+        if mix is not None:
+            power, itl, busy, batch = mix["power"], mix["itl"], mix["busy"], mix["batch"]
+            method = "server mix: idle + busy fraction × (learned busy power − idle)"
+            if mix["idle_estimated"]:
+                warnings.append(f"idle power of {gpu.name} estimated as {IDLE_FRACTION_OF_TDP:.0%} of TDP "
+                                "(no measured figure in the catalog)")
+            tokens_per_s = wl.qps * wl.output_tokens  # type: ignore[operator]
+            capacity = batch / itl
+            if mix["concurrency"] > float(cols["fit_batch"][i]) or tokens_per_s > capacity:
+                warnings.append("arrival rate exceeds the predicted capacity: the queue grows without bound")
+        else:
+            power, itl = float(out["power"][i]), float(out["itl"][i])
+            busy = 1.0
+            method = "learned (server rows in training)" if wl.kind == "server" and server_learned else "learned"
+            tokens_per_s = batch / itl
+        if not (math.isfinite(power) and math.isfinite(itl) and power > 0 and itl > 0):
+            raise WattGPUError(f"prediction for {llm.name} on {gpu.name} is not finite; inputs are outside anything "
+                               "the models can describe — check the spec values")
+        if power > gpu.tdp_w:
+            warnings.append(f"predicted power {power:.0f} W exceeds TDP {gpu.tdp_w:.0f} W; capped at TDP")
+            power = gpu.tdp_w
+        s_per_tok = 1.0 / tokens_per_s
+        e_tok = power * s_per_tok
+        scen = physics.paper_scenario(wl.kind, wl.qps)
+        baselines = {"tdp_w": gpu.tdp_w, "ls_tdp_w": physics.ls_tdp_power_w(gpu.tdp_w, scen),
+                     "roofline_itl_s": float(cols["roofline_itl_s"][i])}
+        return Prediction(
+            llm=llm.name, gpu=gpu.name, workload=wl.to_dict(), power_w=power, itl_s=itl,
+            system_s_per_token=s_per_tok, throughput_tok_s=tokens_per_s, energy_per_token_j=e_tok,
+            energy_per_request_j=e_tok * wl.output_tokens, effective_batch=batch, busy_fraction=busy,
+            power_method=method, power_intervals=_intervals(self.schema.intervals.get("power"), power, cap=gpu.tdp_w),
+            itl_intervals=_intervals(self.schema.intervals.get("itl"), itl), baselines=baselines,
+            warnings=tuple(warnings))
+
+
+def _intervals(spec: Mapping[str, Any] | None, value: float, cap: float | None = None) -> tuple[Interval, ...]:
+    """Multiplicative intervals from calibrated log-residual quantiles: {"80": [lo, hi], "95": [lo, hi]}."""
+    if not spec:
+        return ()
+    out = []
+    for level, (lo, hi) in sorted(spec.get("factors", {}).items()):
+        high = value * hi if cap is None else min(value * hi, cap)
+        out.append(Interval(int(level) / 100.0, value * lo, high))
+    return tuple(out)
+
+
+def _check_fit(triples: Sequence[tuple[GpuSpec, LlmSpec, Workload]], cols: F.Columns) -> None:
+    for i, (g, m, w) in enumerate(triples):
+        if cols["fit_batch"][i] < 1:
+            need = (cols["weights_bytes"][i] + cols["kv_per_token"][i] * cols["context_tokens"][i]) / 1e9
+            have = g.memory_size_gb * w.gpu_memory_utilization
+            raise ModelFitError(f"{m.name} does not fit on {g.name}: needs {need:.1f} GB (weights + one "
+                                f"{w.context_tokens}-token sequence), GPU has {have:.1f} GB usable "
+                                f"({g.memory_size_gb:g} GB × {w.gpu_memory_utilization:g}); use a larger GPU")
+
+
+def domain_warnings(domain: Mapping[str, Any], gpu: GpuSpec, llm: LlmSpec, wl: Workload) -> Iterable[str]:
+    """Say where a prediction leaves what the models were trained on."""
+    if not domain:
+        return
+    for field_name, (lo, hi) in domain.get("gpu_ranges", {}).items():
+        v = getattr(gpu, field_name, None)
+        if v is not None and not (lo <= v <= hi):
+            yield f"GPU {field_name} = {v:g} is outside the training range [{lo:g}, {hi:g}]: extrapolating"
+    lo, hi = domain.get("llm_params_b", (0, math.inf))
+    if not (lo <= llm.total_params_b <= hi):
+        yield f"LLM size {llm.total_params_b:g}B is outside the training range [{lo:g}, {hi:g}]B: extrapolating"
+    if llm.arch_class not in domain.get("arch_classes", (llm.arch_class,)):
+        yield f"LLM architecture {llm.arch_class} was never in training"
+    if llm.is_moe and not domain.get("moe_seen", False):
+        yield "mixture-of-experts LLMs were never in training"
+    if llm.quantized and not domain.get("quantized_seen", False):
+        yield "quantised checkpoints were never in training"
+    if wl.kind not in domain.get("kinds", (wl.kind,)):
+        yield (f"workload kind '{wl.kind}' was never measured in training; "
+               + ("power mixes idle and learned busy power" if wl.kind == "server" else "extrapolating"))
+    if wl.engine not in domain.get("engines", (wl.engine,)):
+        yield f"engine '{wl.engine}' was never measured in training"
+    gpus = set(domain.get("gpus", ()))
+    if gpus and gpu.name not in gpus:
+        yield f"{gpu.name} was not measured in training (prediction from spec-sheet features)"
+
+
+def _looks_like_path(text: str) -> bool:
+    return text.endswith(".json") or os.sep in text and os.path.exists(text) or os.path.isdir(text) \
+        or (text.startswith((".", "~")) and os.path.exists(os.path.expanduser(text)))
+
+
+_DEFAULT: Predictor | None = None
+_DEFAULT_LOCK = threading.Lock()
+
+
+def default_predictor() -> Predictor:
+    """The process-wide predictor over the packaged models (created on first use)."""
+    global _DEFAULT
+    if _DEFAULT is None:
+        with _DEFAULT_LOCK:
+            if _DEFAULT is None:
+                _DEFAULT = Predictor()
+    return _DEFAULT

@@ -1,0 +1,82 @@
+"""``wattgpu-train``: build the catalog, fit and export models, evaluate them."""
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import click
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_DATA = REPO / "data"
+DEFAULT_SPECS = REPO / "specs.json"
+DEFAULT_MODELS = REPO / "runtime" / "wattgpu" / "models"
+
+
+@click.group()
+def main() -> None:
+    """Train, export and evaluate WattGPU models (needs `pip install wattgpu[train]`)."""
+
+
+@main.command("build-specs")
+@click.option("--catalog-dir", type=click.Path(path_type=Path), default=DEFAULT_DATA / "catalog", show_default=True)
+@click.option("--paper-dir", type=click.Path(path_type=Path), default=DEFAULT_DATA / "paper", show_default=True)
+@click.option("--out", type=click.Path(path_type=Path), default=DEFAULT_SPECS, show_default=True)
+def build_specs_cmd(catalog_dir: Path, paper_dir: Path, out: Path) -> None:
+    """Write specs.json from the spec tables in data/."""
+    from .catalog import write_specs
+
+    data = write_specs(out, catalog_dir, paper_dir)
+    click.echo(f"wrote {out}: {len(data['gpus'])} GPUs, {len(data['llms'])} LLMs (catalog {data['catalog_version']})")
+
+
+@main.command("fit")
+@click.option("--data-dir", type=click.Path(path_type=Path, exists=True), default=DEFAULT_DATA, show_default=True)
+@click.option("--watt-counts", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
+              help="Also train on the paper's watt_counts_subset.csv (unchanged).")
+@click.option("--specs", type=click.Path(path_type=Path, exists=True), default=DEFAULT_SPECS, show_default=True)
+@click.option("--recipe", type=click.Choice(["default", "paper"]), default="default", show_default=True)
+@click.option("--out", type=click.Path(path_type=Path), default=DEFAULT_MODELS, show_default=True)
+@click.option("--no-intervals", is_flag=True, help="Skip the leave-one-GPU-out interval calibration.")
+def fit_cmd(data_dir: Path, watt_counts: Path | None, specs: Path, recipe: str, out: Path, no_intervals: bool) -> None:
+    """Fit power and ITL models on measured rows and export them to ONNX (with the parity gate)."""
+    from wattgpu_export.onnx_export import export_models
+
+    from .calibrate import grouped_oof, interval_factors, training_domain
+    from .dataset import build_dataset
+    from .fit import fit_model, stderr_progress
+    from .loading import load_catalog, load_training_records
+    from .recipes import RECIPES
+
+    rec = RECIPES[recipe]
+    catalog = load_catalog(specs)
+    records = load_training_records(data_dir, watt_counts)
+    datasets, fitted, matrices, summary, intervals = {}, {}, {}, {}, {}
+    for target in ("power", "itl"):
+        mr = rec.model(target)
+        ds = build_dataset(records, catalog, target)
+        datasets[target] = ds
+        click.echo(f"{target}: {len(ds)} measured rows, {ds.records['gpu'].nunique()} GPUs, "
+                   f"{ds.records['llm'].nunique()} LLMs", err=True)
+        fitted[target] = fit_model(mr, ds, progress=stderr_progress)
+        matrices[target] = ds.X(mr.features)
+        summary[target] = {
+            "rows": len(ds), "gpus": sorted(ds.records["gpu"].unique()), "llms": int(ds.records["llm"].nunique()),
+            "sources": {k: int(v) for k, v in ds.records["source"].value_counts().sort_index().items()},
+            "records_sha256": hashlib.sha256(ds.records.to_csv(index=False).encode()).hexdigest(),
+        }
+        if not no_intervals:
+            click.echo(f"{target}: calibrating intervals (leave-one-GPU-out)", err=True)
+            oof = grouped_oof(mr, ds, ds.records["gpu"].to_numpy(), n_jobs=2)
+            intervals[target] = interval_factors(ds.y_physical(target), oof)
+    schema = export_models(recipe_name=recipe, models=fitted, matrices=matrices, catalog_path=specs, out_dir=out,
+                           training={"measured_only": watt_counts is None or True, "targets": summary,
+                                     "data_dir": "data/", "watt_counts": str(watt_counts) if watt_counts else None},
+                           intervals=intervals, domain=training_domain(datasets))
+    for target, m in schema["models"].items():
+        click.echo(f"exported {out / m['file']} (parity max rel diff {m['parity_max_rel_diff']:.2g})")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -16,7 +16,7 @@ from .errors import ConfigFileError
 MAX_DEPTH = 64
 
 # A JSON string literal (escapes included); removed before counting bracket depth.
-_STRING_RE = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_STRING_RE = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _NOT_BRACKET_RE = re.compile(r"[^\[\]{}]+")
 
 

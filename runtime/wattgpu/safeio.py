@@ -20,8 +20,12 @@ _STRING_RE = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _NOT_BRACKET_RE = re.compile(r"[^\[\]{}]+")
 
 
+class _NonFiniteLiteral(ValueError):
+    """A NaN/Infinity/-Infinity token, which strict JSON does not allow."""
+
+
 def _reject_constant(token: str) -> Any:
-    raise ValueError(f"non-finite number literal {token!r} (JSON allows only finite numbers)")
+    raise _NonFiniteLiteral(token)
 
 
 def _max_depth(text: str, limit: int) -> int:
@@ -55,7 +59,7 @@ def resolve_json_path(path: str | os.PathLike[str], *, what: str, dir_file: str 
                                          f"{dir_file}, or the path of the {what} JSON file")
         return inner
     if not p.is_file():
-        raise ConfigFileError(shown, f"is not a regular file; pass the path of a {what} JSON file")
+        raise ConfigFileError(shown, f"is not a regular file; pass the path of the {what} JSON file")
     return p
 
 
@@ -75,7 +79,7 @@ def read_json_file(path: str | os.PathLike[str], *, what: str, max_bytes: int = 
     except OSError as exc:
         raise ConfigFileError(shown, f"cannot be read ({exc.strerror or exc}); check the path and its permissions") from None
     if len(raw) > max_bytes:
-        raise ConfigFileError(shown, f"is larger than {max_bytes:,} bytes; a {what} file should be a small JSON object "
+        raise ConfigFileError(shown, f"is larger than {max_bytes:,} bytes, the limit for {what} files "
                                      f"(check that this is the right file)")
     if b"\x00" in raw:
         raise ConfigFileError(shown, f"contains NUL bytes (binary data); pass a text {what} JSON file")
@@ -85,13 +89,16 @@ def read_json_file(path: str | os.PathLike[str], *, what: str, max_bytes: int = 
         raise ConfigFileError(shown, f"is not UTF-8 text (bad byte at offset {exc.start}); "
                                      f"save the {what} file as UTF-8 JSON") from None
     if not text.strip():
-        raise ConfigFileError(shown, f"is empty; a {what} file must hold a JSON object")
+        raise ConfigFileError(shown, f"is empty; the {what} file must hold a JSON object")
     depth = _max_depth(text, MAX_DEPTH)
     if depth > MAX_DEPTH:
         raise ConfigFileError(shown, f"nests arrays/objects deeper than {MAX_DEPTH} levels; "
-                                     f"a {what} file is a flat JSON object")
+                                     f"flatten the {what} file")
     try:
         data = json.loads(text, parse_constant=_reject_constant)
+    except _NonFiniteLiteral as exc:
+        raise ConfigFileError(shown, f"contains the literal {exc.args[0]}, which JSON does not allow; "
+                                     f"replace it with a finite number or remove the key") from None
     except json.JSONDecodeError as exc:
         raise ConfigFileError(shown, f"is not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}); "
                                      f"fix the {what} file") from None
@@ -99,8 +106,8 @@ def read_json_file(path: str | os.PathLike[str], *, what: str, max_bytes: int = 
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ConfigFileError(shown, f"is not acceptable JSON ({msg}); fix the {what} file") from None
     if not isinstance(data, dict):
-        raise ConfigFileError(shown, f"top level is a JSON {_json_kind(data)}, not an object; "
-                                     f"a {what} file must be a JSON object {{...}}")
+        raise ConfigFileError(shown, f"top level is a JSON {_json_kind(data)}; "
+                                     f"the {what} file must be a JSON object {{...}}")
     return data
 
 

@@ -215,3 +215,30 @@ def test_read_json_file_options(tmp_path: Path) -> None:
     sub.mkdir()
     shutil.copy(FIXTURES / "Qwen--Qwen3-8B.json", sub / "config.json")
     assert read_json_file(sub, what="LLM config")["model_type"] == "qwen3"
+
+
+_KEYS = ["model_type", "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+         "intermediate_size", "vocab_size", "num_local_experts", "num_experts_per_tok", "moe_intermediate_size",
+         "kv_lora_rank", "q_lora_rank", "tie_word_embeddings", "torch_dtype", "quantization_config",
+         "hybrid_override_pattern", "text_config", "d_kv", "n_shared_experts", "first_k_dense_replace"]
+
+
+def test_arbitrary_configs_fail_only_with_wattgpu_errors() -> None:
+    from hypothesis import given, settings, strategies as st
+
+    scalars = st.one_of(st.none(), st.booleans(), st.integers(-10, 10**7), st.floats(allow_nan=True),
+                        st.sampled_from(["llama", "t5", "rwkv", "deepseek_v3", "mpt", "bfloat16", "M*-", "abc"]))
+    values = st.one_of(scalars, st.dictionaries(st.sampled_from(_KEYS), scalars, max_size=4), st.lists(scalars, max_size=3))
+    base = {"num_hidden_layers": 4, "hidden_size": 2048, "num_attention_heads": 16, "vocab_size": 32000}
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.dictionaries(st.sampled_from(_KEYS), values, max_size=8), st.booleans())
+    def check(extra: dict, with_base: bool) -> None:
+        cfg = {**base, **extra} if with_base else extra
+        try:
+            spec = llm_from_hf_config(cfg, "fuzz")
+        except WattGPUError:
+            return
+        assert 0 < spec.active_params_b <= spec.total_params_b * 1.001
+
+    check()

@@ -41,8 +41,6 @@ _TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text", "gpt2", "gpt_big
                     "starcoder2", "t5", "phi3small", "opt", "gpt_neo", "mamba", "falcon_mamba"}
 # Learned absolute position tables.
 _POS_TABLE = {"gpt2", "gpt_bigcode", "opt", "gpt_neo"}
-_MOE = {"mixtral", "qwen2_moe", "qwen3_moe", "deepseek", "deepseek_v2", "deepseek_v3", "llama4", "llama4_text",
-        "gpt_oss", "olmoe", "granitemoe", "phimoe", "jamba", "dbrx"}
 
 # Class-name stems (architectures[0] without its suffix, lower-case, no underscores) → model_type.
 _ARCH_STEMS = {
@@ -207,7 +205,7 @@ def _precision(r: _Reader) -> tuple[str, float, bool]:
     return method or "quantized", nbytes, True
 
 
-def _moe_layer(i: int, family: str, r: _Reader, n_layers: int) -> bool:
+def _moe_layer(i: int, family: str, r: _Reader) -> bool:
     """Whether decoder layer ``i`` (0-based) is a mixture-of-experts layer."""
     if family in ("deepseek", "deepseek_v2", "deepseek_v3"):
         first_dense = r.int_("first_k_dense_replace", ("first_k_dense_replace",), 0)
@@ -289,7 +287,7 @@ def _decoder_params(family: str, r: _Reader, g: dict[str, int]) -> tuple[int, in
     total = active = 0
     for i in range(n_layers):
         layer = attn + norms_per_layer * norm
-        if n_exp > 1 and _moe_layer(i, family, r, n_layers):
+        if n_exp > 1 and _moe_layer(i, family, r):
             total += layer + moe_total
             active += layer + moe_active
         else:
@@ -305,7 +303,7 @@ def _decoder_params(family: str, r: _Reader, g: dict[str, int]) -> tuple[int, in
     return total + extra, active + extra
 
 
-def _t5_params(r: _Reader, g: dict[str, int], family: str) -> int:
+def _t5_params(r: _Reader, g: dict[str, int]) -> int:
     """All weights of a T5/mT5 encoder-decoder (relative attention bias, RMS norms, shared embedding)."""
     h, nh, hd, ff, vocab = g["h"], g["nh"], g["hd"], g["inter"], g["vocab"]
     enc = g["layers"]
@@ -421,7 +419,7 @@ def llm_from_hf_config(config: Mapping[str, Any], name: str, source: str = "user
 
     kv_layers = 0
     if is_t5:
-        total = active = _t5_params(r, g, family)
+        total = active = _t5_params(r, g)
         kv_layers = r.int_("num_decoder_layers", ("num_decoder_layers",), layers, lo=1, hi=1000, unit="layers")
     elif is_rwkv:
         total = active = _rwkv_params(r, g)

@@ -66,7 +66,8 @@ def test_arch_class(stem: str, arch_class: str, moe: bool) -> None:
 def test_field_aliases_and_precision() -> None:
     sc = load_llm_file(FIXTURES / "bigcode--starcoder.json")  # n_layer/n_embd/n_head/n_inner, multi_query
     assert (sc.num_layers, sc.hidden_size, sc.num_attention_heads, sc.num_kv_heads) == (40, 6144, 48, 1)
-    assert sc.intermediate_size == 24576 and sc.tie_word_embeddings and sc.weight_bytes_per_param == 4.0
+    # float32 checkpoints are served in 16 bits (vLLM dtype "auto"), so weights count 2 bytes each
+    assert sc.intermediate_size == 24576 and sc.tie_word_embeddings and sc.weight_bytes_per_param == 2.0
     mpt = load_llm_file(FIXTURES / "ibm--mpt-7b-instruct2.json")  # n_layers/n_heads/expansion_ratio/max_seq_len
     assert (mpt.num_layers, mpt.num_attention_heads, mpt.intermediate_size) == (32, 32, 16384)
     assert mpt.max_position_embeddings == 2048

@@ -182,6 +182,8 @@ def _precision(r: _Reader) -> tuple[str, float, bool]:
         precision, nbytes = "bfloat16", 2.0
     elif dtype in _DTYPE_BYTES:
         precision, nbytes = dtype, _DTYPE_BYTES[dtype]
+        if nbytes > 2.0:  # serving engines load float32 checkpoints in 16 bits (vLLM dtype "auto", TGI)
+            precision, nbytes = "float16", 2.0
     else:
         raise SpecValidationError(r.entity, "torch_dtype", dtype, f"one of {', '.join(sorted(_DTYPE_BYTES))}")
     q = r.cfg.get("quantization_config")

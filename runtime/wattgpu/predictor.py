@@ -19,7 +19,7 @@ import numpy as np
 
 from . import features as F
 from . import physics
-from .errors import ArtifactError, ModelFitError, WattGPUError
+from .errors import ArtifactError, ModelFitError, UnsupportedModelError, WattGPUError
 from .prediction import Interval, Prediction
 from .schema import SCHEMA_FILE, FeatureSchema, ModelSchema
 from .specs import Catalog, GpuSpec, LlmSpec, default_catalog
@@ -261,8 +261,15 @@ def _intervals(spec: Mapping[str, Any] | None, value: float, cap: float | None =
     return tuple(out)
 
 
+NO_KV_CACHE = {"rnn_rwkv": "a recurrent network", "ssm_mamba": "a pure state-space (Mamba) model"}
+
+
 def _check_fit(triples: Sequence[tuple[GpuSpec, LlmSpec, Workload]], cols: F.Columns) -> None:
+    """Refuse models the features cannot describe, and models that do not fit in memory."""
     for i, (g, m, w) in enumerate(triples):
+        if m.arch_class in NO_KV_CACHE:
+            raise UnsupportedModelError(f"{m.name} is {NO_KV_CACHE[m.arch_class]} without attention or KV cache; "
+                                        "WattGPU models attention-based LLMs only")
         if cols["fit_batch"][i] < 1:
             need = (cols["weights_bytes"][i] + cols["kv_per_token"][i] * cols["context_tokens"][i]) / 1e9
             have = g.memory_size_gb * w.gpu_memory_utilization

@@ -135,3 +135,7 @@ def llms(as_json: bool) -> None:
         click.echo(f"{m.name:<62} {m.total_params_b:>9.2f} {m.active_params_b:>9.2f} {m.arch_class:<24}")
     for n, why in cat.unsupported_llms:
         click.echo(f"{n:<62} {'':>9} {'':>9} unsupported: {why}")
+
+
+if __name__ == "__main__":
+    main()

@@ -64,7 +64,7 @@ class Predictor:
         self._catalog = catalog
         self._schema: FeatureSchema | None = None
         self._sessions: dict[str, Any] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # _session() reads .schema while holding it
 
     # ---- artifacts
     @property
@@ -173,6 +173,11 @@ class Predictor:
             mix = self._server_mix([triples[i] for i in server_rows])
             mix = {i: mix[k] for k, i in enumerate(server_rows)}
         return [self._assemble(i, t, cols, out, mix.get(i), server_learned) for i, t in enumerate(triples)]
+
+    def feature_vectors(self, triples: Sequence[tuple[GpuSpec, LlmSpec, Workload]]) -> dict[str, np.ndarray]:
+        """The float32 model inputs (schema order) for each target — exactly what onnxruntime receives."""
+        cols = F.columns(triples)
+        return {t: F.matrix(m.feature_names, cols) for t, m in self.schema.models.items()}
 
     def _evaluate(self, cols: F.Columns) -> dict[str, np.ndarray]:
         res = {}

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import click
 
-REPO = Path(__file__).resolve().parents[2]
-DEFAULT_DATA = REPO / "data"
-DEFAULT_SPECS = REPO / "specs.json"
-DEFAULT_MODELS = REPO / "runtime" / "wattgpu" / "models"
+# Defaults are relative to the working directory: run wattgpu-train from the repository root.
+DEFAULT_DATA = Path("data")
+DEFAULT_SPECS = Path("specs.json")
+DEFAULT_MODELS = Path("runtime") / "wattgpu" / "models"
 
 
 @click.group()
@@ -71,7 +71,7 @@ def fit_cmd(data_dir: Path, watt_counts: Path | None, specs: Path, recipe: str, 
             oof = grouped_oof(mr, ds, ds.records["gpu"].to_numpy(), n_jobs=2)
             intervals[target] = interval_factors(ds.y_physical(target), oof)
     schema = export_models(recipe_name=recipe, models=fitted, matrices=matrices, catalog_path=specs, out_dir=out,
-                           training={"measured_only": watt_counts is None or True, "targets": summary,
+                           training={"measured_only": True, "targets": summary,
                                      "data_dir": "data/", "watt_counts": str(watt_counts) if watt_counts else None},
                            intervals=intervals, domain=training_domain(datasets))
     for target, m in schema["models"].items():

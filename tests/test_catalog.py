@@ -1,0 +1,101 @@
+"""The catalog: complete, in the right units, traceable to its sources, and easy to look up."""
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from wattgpu.errors import UnknownEntityError, UnsupportedModelError
+from wattgpu.specs import Catalog, default_catalog
+
+from .helpers import REPO
+
+
+@pytest.fixture(scope="module")
+def specs() -> dict:
+    return json.loads((REPO / "specs.json").read_text())
+
+
+def test_packaged_snapshot_is_the_top_level_catalog() -> None:
+    assert (REPO / "specs.json").read_bytes() == (REPO / "runtime/wattgpu/models/specs.json").read_bytes()
+
+
+def test_specs_json_is_what_the_builder_writes(tmp_path) -> None:
+    from wattgpu_train.catalog import write_specs
+
+    out = tmp_path / "specs.json"
+    write_specs(out, REPO / "data/catalog", REPO / "data/paper")
+    assert out.read_bytes() == (REPO / "specs.json").read_bytes(), "run `wattgpu-train build-specs`"
+
+
+def test_every_gpu_and_llm_of_the_tables_is_in_the_catalog(specs: dict) -> None:
+    with open(REPO / "data/catalog/gpu_specs.csv", newline="") as f:
+        gpu_names = [r["name"] for r in csv.DictReader(f)]
+    with open(REPO / "data/catalog/llm_configs.csv", newline="") as f:
+        llm_names = [r["hf_id"] for r in csv.DictReader(f)]
+    with open(REPO / "data/paper/model_features.csv", newline="") as f:
+        paper = [r["model_name"] for r in csv.DictReader(f, delimiter=";")]
+    assert len(gpu_names) == 52
+    assert [g["name"] for g in specs["gpus"]] == gpu_names
+    assert {m["name"] for m in specs["llms"]} == set(llm_names) | set(paper)
+    assert all(g["spec"]["source"] and g["facts"].get("sources") for g in specs["gpus"])
+    assert all(m["facts"]["source"] for m in specs["llms"])
+
+
+def test_gpu_units_and_ranges() -> None:
+    cat = default_catalog()
+    for g in cat.gpus:
+        assert 10 <= g.tdp_w <= 1500, g.name  # W, per GPU
+        assert 100 <= g.memory_bandwidth_gb_s <= 10000, g.name  # decimal GB/s, not TB/s or bits
+        assert 4 <= g.memory_size_gb <= 300, g.name
+        # dense FP16: never more than ~1.2 PFLOPS per GB/s-class GPU of 2024; sparse would be 2x
+        assert 5 <= g.fp16_tflops <= 2600, g.name
+    h100 = cat.gpu("NVIDIA H100 SXM5 80GB")
+    assert h100.fp16_tflops == pytest.approx(989.4)  # dense, not the 1979 sparse datasheet figure
+    assert h100.memory_bandwidth_gb_s == 3350 and h100.tdp_w == 700
+    a30 = cat.gpu("A30")
+    assert (a30.tdp_w, a30.memory_bandwidth_gb_s, a30.fp16_tflops) == (165, 933, 165)
+
+
+def test_llm_params_and_fields() -> None:
+    cat = default_catalog()
+    m = cat.llm("meta-llama/Llama-3.1-8B-Instruct")
+    assert (m.num_layers, m.hidden_size, m.num_attention_heads, m.num_kv_heads, m.head_dim) == (32, 4096, 32, 8, 128)
+    assert m.total_params_b == pytest.approx(8.03, rel=0.01)
+    mix = cat.llm("mistralai/Mixtral-8x7B-Instruct-v0.1")
+    assert mix.is_moe and mix.active_params_b < mix.total_params_b
+    for llm in cat.llms:
+        assert 0.05 <= llm.total_params_b <= 1000 and llm.active_params_b <= llm.total_params_b * 1.001
+
+
+@pytest.mark.parametrize("query,expected", [
+    ("nvidia a30", "NVIDIA A30"),
+    ("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM5 80GB"),  # nvidia-smi string
+    ("Tesla V100-SXM2-32GB", "NVIDIA Tesla V100 SXM2 32GB"),  # Watt Counts gpu_type
+    ("NVIDIA H200", "NVIDIA H200 SXM 141GB"),
+    ("l40s", "NVIDIA L40S"),
+])
+def test_gpu_lookup_by_alias_is_case_insensitive(query: str, expected: str) -> None:
+    assert default_catalog().gpu(query).name == expected
+
+
+def test_unknown_gpu_suggests_close_matches() -> None:
+    with pytest.raises(UnknownEntityError) as err:
+        default_catalog().gpu("H100 SXM5")
+    assert "Did you mean: NVIDIA H100 SXM5 80GB" in str(err.value)
+
+
+def test_llm_lookup_and_unsupported() -> None:
+    cat = default_catalog()
+    assert cat.llm("llama-3.1-8b-instruct").name == "meta-llama/Llama-3.1-8B-Instruct"
+    with pytest.raises(UnknownEntityError) as err:
+        cat.llm("meta-llama/Llama-3.1-8B-Instruc")
+    assert "meta-llama/Llama-3.1-8B-Instruct" in str(err.value)
+    with pytest.raises(UnsupportedModelError):
+        cat.llm("RWKV/rwkv-raven-7b")
+
+
+def test_catalog_round_trips_through_json(specs: dict) -> None:
+    cat = Catalog.from_json(specs)
+    assert len(cat.gpus) == 52 and len(cat.llms) + len(cat.unsupported_llms) == len(specs["llms"])

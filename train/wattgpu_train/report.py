@@ -30,13 +30,8 @@ def _method_table(res: dict[str, Any], target: str, pub: dict[str, Any]) -> list
         for name, m in res[split].items():
             if not isinstance(m, dict):
                 continue
-            pubcell = _published(pub, target, split if name in ("default", "paper_recipe") else name)
-            if name == "default":
-                pubcell = "(paper's model) " + pubcell
-            elif name != "paper_recipe" and pubcell == "–":
-                pubcell = "–"
-            if name == "paper_recipe":
-                pubcell = "see default row"
+            # The paper's figures belong to its own recipe and baselines; our default has none.
+            pubcell = "–" if name == "default" else _published(pub, target, split if name == "paper_recipe" else name)
             lines.append(f"| {split.upper()} | {name} | {_f(m['mdape'], pct=True)} | {_f(m['pearson_r'], 3)} | "
                          f"{_f(m['kendall_tau_gpu'], 2)} ({m['kendall_groups_gpu']}) | "
                          f"{_f(m['kendall_tau_llm'], 2)} ({m['kendall_groups_llm']}) | {m['n']} | {pubcell} |")

@@ -361,3 +361,64 @@ def paper_model_params(model_features_csv: str | PathLike[str]) -> dict[str, tup
         active = total if pd.isna(active) else float(active)
         out[str(name)] = (total, active)
     return out
+
+
+def _norm_name(name: str) -> str:
+    return " ".join(str(name).lower().replace("_", " ").split())
+
+
+def catalog_gpu_map(gpu_types: Sequence[str], gpu_specs_csv: str | PathLike[str]) -> dict[str, str]:
+    """``gpu_type`` → catalog GPU name via the catalog's names and ``|``-separated aliases.
+
+    ``NVIDIA H200`` (the driver name) resolves to the H200 SXM through the catalog alias. A
+    ``gpu_type`` the catalog does not know raises ValueError (rows are never dropped silently).
+    """
+    table = pd.read_csv(gpu_specs_csv, dtype=str)
+    index: dict[str, str] = {}
+    for name, aliases in zip(table["name"], table["aliases"].fillna("")):
+        for key in (name, *[a for a in aliases.split("|") if a.strip()]):
+            index.setdefault(_norm_name(key), name)
+    out, unknown = {}, []
+    for g in sorted(set(gpu_types)):
+        hit = index.get(_norm_name(g))
+        if hit is None:
+            unknown.append(g)
+        else:
+            out[g] = hit
+    if unknown:
+        raise ValueError(f"gpu_type not in the GPU catalog (add an alias to gpu_specs.csv): {', '.join(map(repr, unknown))}")
+    return out
+
+
+def load_watt_counts_for_catalog(path: str | PathLike[str], data_dir: str | PathLike[str]) -> pd.DataFrame:
+    """The Watt Counts file as training records whose ``gpu`` and ``llm`` are catalog names.
+
+    Uses the paper's own tables in ``data_dir/paper`` for TDP (normalised power) and total/active
+    parameters (MoE rows dropped, as the paper does), maps ``gpu_type`` through the catalog aliases,
+    and drops LLMs whose catalog ``arch_class`` is not a decoder transformer (the paper's Falcon
+    Mamba, for instance), like ``load_measurements`` does. Adds ``x_task`` = ``squad`` and
+    ``x_precision`` = ``auto`` (vLLM dtype auto: the checkpoint's 16-bit type, float16 on V100/T4).
+    """
+    data_dir = Path(data_dir)
+    raw_types = read_watt_counts(path)["gpu_type"].tolist()
+    gmap = catalog_gpu_map(raw_types, data_dir / "catalog" / "gpu_specs.csv")
+    rec = load_watt_counts(
+        path,
+        model_params=paper_model_params(data_dir / "paper" / "model_features.csv"),
+        gpu_name_map=gmap,
+        tdp_by_gpu_type=paper_gpu_tdp(data_dir / "paper" / "gpu_features.csv"),
+    )
+    llms = pd.read_csv(data_dir / "catalog" / "llm_configs.csv", usecols=["hf_id", "arch_class"], dtype=str)
+    arch = {_norm_name(h): a for h, a in zip(llms["hf_id"], llms["arch_class"])}
+    unknown = sorted({m for m in rec["llm"] if _norm_name(m) not in arch})
+    if unknown:
+        raise ValueError(f"LLMs not in data/catalog/llm_configs.csv: {', '.join(map(repr, unknown))}")
+    keep = np.array([arch[_norm_name(m)] in ("decoder_transformer", "decoder_moe_transformer") for m in rec["llm"]],
+                    dtype=bool)
+    rec = rec.loc[keep].reset_index(drop=True)
+    # Little's law at 0.017 qps can give < 0.001 requests in flight, below what a Workload accepts;
+    # the effective decode batch is floored at 1 sequence anyway, so clipping changes no feature.
+    rec["concurrency"] = rec["concurrency"].clip(lower=1e-3)
+    rec["x_task"] = "squad"
+    rec["x_precision"] = "auto"
+    return rec

@@ -479,6 +479,7 @@ def main(argv: list[str] | None = None) -> int:
 
     figures: dict[str, Any] = {}
     t_all = time.perf_counter()
+    load_before = os.getloadavg() if hasattr(os, "getloadavg") else None
     figures.update(bench_cold_start(cold_repeats, llm, gpu, env))
     figures.update(bench_one_prediction(predictor, llm, gpu, pairs, repeats, calls))
     figures.update(bench_rank(predictor, llm, repeats, max(20, calls // 20)))
@@ -506,6 +507,8 @@ def main(argv: list[str] | None = None) -> int:
             "wattgpu": wattgpu.__version__, "wattgpu_from": str(Path(wattgpu.__file__).resolve().parent),
             "machine": platform.machine(), "cpus": os.cpu_count(), "platform": platform.platform(),
             "seconds": round(time.perf_counter() - t_all, 1),
+            "load_average_1_5_15": {"start": load_before,
+                                    "end": os.getloadavg() if hasattr(os, "getloadavg") else None},
             "note": "median over repeats with min and max; cold start is the whole child process "
                     "(interpreter start, import, first prediction) timed from the parent",
         },

@@ -69,15 +69,21 @@ def _import_path_env() -> dict[str, str]:
     return env
 
 
-def _ensure_importable() -> None:
+def _ensure_importable(installed: bool) -> None:
+    """Import from the source tree beside this script (a checkout measures its own code, even when
+    another checkout is installed in editable mode), or, with ``installed``, whatever ``import wattgpu``
+    finds. The training/export trees are added for the XGBoost side when they are not installed."""
+    if not installed and (SOURCE_DIRS[0] / "wattgpu" / "__init__.py").is_file():
+        for d in reversed(SOURCE_DIRS):
+            if d.is_dir():
+                sys.path.insert(0, str(d))
+        return
     try:
         import wattgpu  # noqa: F401
     except ImportError:
-        for d in SOURCE_DIRS:
-            if d.is_dir():
-                sys.path.insert(0, str(d))
+        sys.path[:0] = [str(d) for d in SOURCE_DIRS if d.is_dir()]
     else:
-        for d in SOURCE_DIRS[1:]:  # wattgpu_train / wattgpu_export for the XGBoost side, if not installed
+        for d in SOURCE_DIRS[1:]:
             if d.is_dir() and str(d) not in sys.path:
                 sys.path.append(str(d))
 
@@ -229,8 +235,11 @@ def bench_batch(n_rows: int, repeats: int) -> dict[str, Any]:
 def bench_batch_one_core(n_rows: int, repeats: int, env: dict[str, str]) -> dict[str, Any]:
     """The batch figure in a child pinned to one CPU with OMP/MKL/OpenBLAS threads = 1."""
     env = dict(env, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    import wattgpu
+
+    installed = [] if Path(wattgpu.__file__).resolve().parents[1] == SOURCE_DIRS[0] else ["--installed"]
     out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--_batch-worker", str(n_rows),
-                          "--repeats", str(repeats)], env=env, capture_output=True, text=True, check=True)
+                          "--repeats", str(repeats), *installed], env=env, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -443,9 +452,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=REPO / "reports" / "benchmarks.json")
     ap.add_argument("--repeats", type=int, default=None, help="repeats per timed figure (default 7, quick 3)")
     ap.add_argument("--batch-rows", type=int, default=None, help="rows in the batch figure (default 100000)")
+    ap.add_argument("--installed", action="store_true",
+                    help="measure the installed wattgpu instead of the source tree beside this script")
     ap.add_argument("--_batch-worker", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    _ensure_importable()
+    _ensure_importable(args.installed)
     if args._batch_worker is not None:
         batch_worker(args._batch_worker, args.repeats or 3)
         return 0
@@ -514,6 +525,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         "figures": figures,
     }
+    print(f"wattgpu {wattgpu.__version__} from {report['meta']['wattgpu_from']}")
     print(table(figures))
     missed = [n for n, f in figures.items() if isinstance(f, dict) and f.get("within_budget") is False]
     print(f"\nover budget: {', '.join(missed) if missed else 'none'}")

@@ -50,35 +50,52 @@ _LLM_FIELDS = ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads
 _WL_FIELDS = ("max_batch", "input_tokens", "output_tokens", "gpu_memory_utilization")
 
 
+def _gpu_values(g: GpuSpec) -> tuple[float, ...]:
+    return (*(float(getattr(g, f)) for f in _GPU_FIELDS), _opt(g.base_clock_mhz), _opt(g.boost_clock_mhz),
+            _opt(g.transistors_million), _code(MEMORY_TYPE_ORDER, g.memory_type))
+
+
+def _llm_values(m: LlmSpec) -> tuple[float, ...]:
+    return (*(float(getattr(m, f)) for f in _LLM_FIELDS), _code(MODEL_TYPES, m.model_type))
+
+
+def _wl_values(w: Workload) -> tuple[float, ...]:
+    return (*(float(getattr(w, f)) for f in _WL_FIELDS), _code(KINDS, w.kind), _code(ENGINES, w.engine),
+            _code(SCENARIOS, physics.paper_scenario(w.kind, w.qps)), _opt(w.qps), _opt(w.concurrency),
+            math.inf if w.num_requests is None else float(w.num_requests))
+
+
+# Raw column names, in the order the ``_*_values`` functions above return them.
+_GPU_KEYS = (*("gpu_" + f for f in _GPU_FIELDS), "gpu_base_clock_mhz", "gpu_boost_clock_mhz",
+             "gpu_transistors_million", "gpu_memory_type_code")
+_LLM_KEYS = (*("llm_" + f for f in _LLM_FIELDS), "llm_model_type_code")
+_WL_KEYS = (*("wl_" + f for f in _WL_FIELDS), "wl_kind_code", "wl_engine_code", "wl_scenario_code", "wl_qps",
+            "wl_concurrency", "wl_num_requests")
+
+
 def columns(rows: Iterable[tuple[GpuSpec, LlmSpec, Workload]]) -> Columns:
-    """Raw numeric columns for a batch of (GPU, LLM, workload) triples."""
+    """Raw numeric columns for a batch of (GPU, LLM, workload) triples.
+
+    Each distinct GPU, LLM and workload object is read once; rows then gather its values by index
+    (batches repeat the same few specs, so this avoids per-row attribute reads).
+    """
     rows = list(rows)
-    cols: dict[str, list[float]] = {}
-
-    def put(key: str, values: Iterable[float]) -> None:
-        cols[key] = list(values)
-
-    gpus = [r[0] for r in rows]
-    llms = [r[1] for r in rows]
-    wls = [r[2] for r in rows]
-    for f in _GPU_FIELDS:
-        put("gpu_" + f, (float(getattr(g, f)) for g in gpus))
-    put("gpu_base_clock_mhz", (_opt(g.base_clock_mhz) for g in gpus))
-    put("gpu_boost_clock_mhz", (_opt(g.boost_clock_mhz) for g in gpus))
-    put("gpu_transistors_million", (_opt(g.transistors_million) for g in gpus))
-    put("gpu_memory_type_code", (_code(MEMORY_TYPE_ORDER, g.memory_type) for g in gpus))
-    for f in _LLM_FIELDS:
-        put("llm_" + f, (float(getattr(m, f)) for m in llms))
-    put("llm_model_type_code", (_code(MODEL_TYPES, m.model_type) for m in llms))
-    for f in _WL_FIELDS:
-        put("wl_" + f, (float(getattr(w, f)) for w in wls))
-    put("wl_kind_code", (_code(KINDS, w.kind) for w in wls))
-    put("wl_engine_code", (_code(ENGINES, w.engine) for w in wls))
-    put("wl_scenario_code", (_code(SCENARIOS, physics.paper_scenario(w.kind, w.qps)) for w in wls))
-    put("wl_qps", (_opt(w.qps) for w in wls))
-    put("wl_concurrency", (_opt(w.concurrency) for w in wls))
-    put("wl_num_requests", (math.inf if w.num_requests is None else float(w.num_requests) for w in wls))
-    out = {k: np.asarray(v, dtype=np.float64) for k, v in cols.items()}
+    out: Columns = {}
+    for part, keys, values in ((0, _GPU_KEYS, _gpu_values), (1, _LLM_KEYS, _llm_values), (2, _WL_KEYS, _wl_values)):
+        slot: dict[int, int] = {}
+        distinct: list[tuple[float, ...]] = []
+        index = []
+        for r in rows:
+            spec = r[part]
+            k = slot.get(id(spec))
+            if k is None:
+                k = slot[id(spec)] = len(distinct)
+                distinct.append(values(spec))
+            index.append(k)
+        table = np.array(distinct, dtype=np.float64).reshape(len(distinct), len(keys))
+        gathered = table.T[:, np.asarray(index, dtype=np.intp)]  # [keys, rows], each row contiguous
+        for j, key in enumerate(keys):
+            out[key] = gathered[j]
     return derive(out)
 
 

@@ -172,7 +172,8 @@ class Predictor:
         if server_rows:
             mix = self._server_mix([triples[i] for i in server_rows])
             mix = {i: mix[k] for k, i in enumerate(server_rows)}
-        return [self._assemble(i, t, cols, out, mix.get(i), server_learned) for i, t in enumerate(triples)]
+        memo: dict[Any, Any] = {}  # per call: domain warnings and workload dicts of repeated specs
+        return [self._assemble(i, t, cols, out, mix.get(i), server_learned, memo) for i, t in enumerate(triples)]
 
     def feature_vectors(self, triples: Sequence[tuple[GpuSpec, LlmSpec, Workload]]) -> dict[str, np.ndarray]:
         """The float32 model inputs (schema order) for each target — exactly what onnxruntime receives."""
@@ -181,8 +182,12 @@ class Predictor:
 
     def _evaluate(self, cols: F.Columns) -> dict[str, np.ndarray]:
         res = {}
+        matrices: dict[tuple[str, ...], np.ndarray] = {}  # models sharing a feature list share one matrix
         for target, m in self.schema.models.items():
-            X = F.matrix(m.feature_names, cols)
+            names = m.feature_names
+            X = matrices.get(names)
+            if X is None:
+                X = matrices[names] = F.matrix(names, cols)
             learned = self._session(target).run(None, {m.input_name: X})[0].reshape(-1)
             res[target] = inverse(m.transform, learned.astype(np.float64), cols)
         return res
@@ -216,9 +221,18 @@ class Predictor:
                 for k in range(len(triples))}
 
     def _assemble(self, i: int, triple: tuple[GpuSpec, LlmSpec, Workload], cols: F.Columns,
-                  out: Mapping[str, np.ndarray], mix: dict[str, float] | None, server_learned: bool) -> Prediction:
+                  out: Mapping[str, np.ndarray], mix: dict[str, float] | None, server_learned: bool,
+                  memo: dict[Any, Any] | None = None) -> Prediction:
         gpu, llm, wl = triple
-        warnings = list(domain_warnings(self.schema.domain, gpu, llm, wl))
+        memo = {} if memo is None else memo  # keyed by id(): valid only while the call holds the specs
+        wkey = (id(gpu), id(llm), wl.kind, wl.engine)  # all that domain_warnings reads
+        base = memo.get(wkey)
+        if base is None:
+            base = memo[wkey] = tuple(domain_warnings(self.schema.domain, gpu, llm, wl))
+        warnings = list(base)
+        wl_dict = memo.get(id(wl))
+        if wl_dict is None:
+            wl_dict = memo[id(wl)] = wl.to_dict()
         batch = float(cols["eff_batch"][i])
         if mix is not None:
             power, itl, busy, batch = mix["power"], mix["itl"], mix["busy"], mix["batch"]
@@ -247,7 +261,7 @@ class Predictor:
         baselines = {"tdp_w": gpu.tdp_w, "ls_tdp_w": physics.ls_tdp_power_w(gpu.tdp_w, scen),
                      "roofline_itl_s": float(cols["roofline_itl_s"][i])}
         return Prediction(
-            llm=llm.name, gpu=gpu.name, workload=wl.to_dict(), power_w=power, itl_s=itl,
+            llm=llm.name, gpu=gpu.name, workload=dict(wl_dict), power_w=power, itl_s=itl,
             system_s_per_token=s_per_tok, throughput_tok_s=tokens_per_s, energy_per_token_j=e_tok,
             energy_per_request_j=e_tok * wl.output_tokens, effective_batch=batch, busy_fraction=busy,
             power_method=method, power_intervals=_intervals(self.schema.intervals.get("power"), power, cap=gpu.tdp_w),

@@ -1,0 +1,539 @@
+#!/usr/bin/env python
+"""Measure WattGPU's runtime: cold start, one prediction, catalog rank, batch throughput, sizes,
+and the ONNX runtime path against XGBoost's own predict of the training models.
+
+    python benchmarks/bench_runtime.py [--quick] [--out reports/benchmarks.json]
+
+Every timed figure is repeated; the JSON keeps the median with min and max over the repeats, the
+budget from issue 6, and whether the figure is within it (and by how much). Nothing here asserts on
+time: the script reports, it does not judge the machine.
+
+It uses the installed ``wattgpu`` when one is importable, else the source tree next to this file.
+The XGBoost comparison needs the training extra (xgboost, pandas) and the repo's data/ directory;
+without them those figures are reported as skipped with the reason.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+REPO = Path(__file__).resolve().parents[1]
+SOURCE_DIRS = [REPO / "runtime", REPO / "train", REPO / "export"]
+
+# figure -> (budget, "max" when the figure must stay at or below it / "min" when at or above, unit)
+BUDGETS: dict[str, tuple[float, str, str]] = {
+    "cold_start_ms": (250.0, "max", "ms"),
+    "one_prediction_p50_us": (40.0, "max", "µs"),
+    "rank_full_catalog_ms": (2.0, "max", "ms"),
+    "batch_predictions_per_s_one_core": (100_000.0, "min", "rows/s"),
+    "wheel_kb": (300.0, "max", "KB"),
+    "installed_package_mb": (2.0, "max", "MB"),
+    "xgboost_over_onnx_per_row_single": (5.0, "min", "×"),
+}
+
+# Workloads the batch rows draw from: the kinds the shipped models learned (offline, closed loop).
+# Server rows take the Poisson fixed point (30 model evaluations each) and are measured apart.
+WORKLOADS = [
+    dict(kind="offline"),
+    dict(kind="offline", max_batch=64, input_tokens=1024, output_tokens=512),
+    dict(kind="offline", max_batch=16, input_tokens=128, output_tokens=128, engine="tgi"),
+    dict(kind="closed_loop", concurrency=8),
+    dict(kind="closed_loop", concurrency=32, input_tokens=2048, output_tokens=256),
+    dict(kind="closed_loop", concurrency=1, engine="hf_transformers", output_tokens=512),
+]
+PREFERRED_LLM = "meta-llama/Llama-3.1-8B-Instruct"
+PREFERRED_GPU = "NVIDIA A100 SXM4 40GB"
+
+
+def _import_path_env() -> dict[str, str]:
+    """Environment for child processes: the same wattgpu this process imports."""
+    env = dict(os.environ)
+    import wattgpu
+
+    pkg_parent = str(Path(wattgpu.__file__).resolve().parents[1])
+    parts = [pkg_parent] + [str(d) for d in SOURCE_DIRS if d.is_dir()]
+    if env.get("PYTHONPATH"):
+        parts.append(env["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(parts))
+    return env
+
+
+def _ensure_importable(installed: bool) -> None:
+    """Import from the source tree beside this script (a checkout measures its own code, even when
+    another checkout is installed in editable mode), or, with ``installed``, whatever ``import wattgpu``
+    finds. The training/export trees are added for the XGBoost side when they are not installed."""
+    if not installed and (SOURCE_DIRS[0] / "wattgpu" / "__init__.py").is_file():
+        for d in reversed(SOURCE_DIRS):
+            if d.is_dir():
+                sys.path.insert(0, str(d))
+        return
+    try:
+        import wattgpu  # noqa: F401
+    except ImportError:
+        sys.path[:0] = [str(d) for d in SOURCE_DIRS if d.is_dir()]
+    else:
+        for d in SOURCE_DIRS[1:]:
+            if d.is_dir() and str(d) not in sys.path:
+                sys.path.append(str(d))
+
+
+def summarise(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Nearest-rank percentile of an already sorted list."""
+    k = max(0, min(len(sorted_values) - 1, math.ceil(q / 100.0 * len(sorted_values)) - 1))
+    return sorted_values[k]
+
+
+# ---------------------------------------------------------------- cold start
+COLD_CHILD = r"""
+import resource, sys, time
+t0 = time.perf_counter()
+import wattgpu
+t1 = time.perf_counter()
+p = wattgpu.predict({llm!r}, {gpu!r})
+t2 = time.perf_counter()
+assert p.power_w > 0
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+scale = 1 if sys.platform == "darwin" else 1024  # bytes on macOS, KiB on Linux
+print(f"{{(t1 - t0) * 1e3}} {{(t2 - t1) * 1e3}} {{rss * scale}}")
+"""
+
+
+def bench_cold_start(repeats: int, llm: str, gpu: str, env: dict[str, str]) -> dict[str, Any]:
+    code = COLD_CHILD.format(llm=llm, gpu=gpu)
+    walls, imports, firsts, rss = [], [], [], []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        walls.append((time.perf_counter() - t) * 1e3)
+        a, b, r = out.stdout.split()
+        imports.append(float(a))
+        firsts.append(float(b))
+        rss.append(float(r) / 2**20)
+    # where the import time goes (one extra run; -X importtime cumulative µs of top-level imports)
+    out = subprocess.run([sys.executable, "-X", "importtime", "-c", code], env=env, capture_output=True, text=True,
+                         check=True)
+    top: dict[str, float] = {}
+    for line in out.stderr.splitlines():
+        if not line.startswith("import time:") or "|" not in line:
+            continue
+        _, cumulative, name = line[len("import time:"):].split("|")
+        if not cumulative.strip().isdigit():
+            continue  # the header line
+        if not name.startswith("  ") and name.strip():  # depth-0 import
+            top[name.strip()] = top.get(name.strip(), 0.0) + float(cumulative) / 1e3
+    breakdown = dict(sorted(top.items(), key=lambda kv: -kv[1])[:8])
+    return {
+        "cold_start_ms": summarise(walls),
+        "cold_start_in_process_ms": summarise([a + b for a, b in zip(imports, firsts)]),
+        "cold_import_wattgpu_ms": summarise(imports),
+        "cold_first_prediction_ms": summarise(firsts),
+        "cold_start_peak_rss_mb": summarise(rss),
+        "_cold_start_import_breakdown_ms": {k: round(v, 1) for k, v in breakdown.items()},
+    }
+
+
+# ---------------------------------------------------------------- API latency
+def _timed_calls(fn: Callable[[], Any], n: int) -> list[float]:
+    out = []
+    clock = time.perf_counter
+    for _ in range(n):
+        t = clock()
+        fn()
+        out.append(clock() - t)
+    return out
+
+
+def bench_one_prediction(predictor: Any, llm: str, gpu: str, pairs: list[tuple[str, str]], repeats: int,
+                         calls: int) -> dict[str, Any]:
+    predictor.predict(llm, gpu)
+    p50, p99, varied = [], [], []
+    for _ in range(repeats):
+        ts = sorted(_timed_calls(lambda: predictor.predict(llm, gpu), calls))
+        p50.append(percentile(ts, 50) * 1e6)
+        p99.append(percentile(ts, 99) * 1e6)
+        it = iter(pairs * (calls // len(pairs) + 1))
+        ts = sorted(_timed_calls(lambda: predictor.predict(*next(it)), calls))
+        varied.append(percentile(ts, 50) * 1e6)
+    return {"one_prediction_p50_us": summarise(p50), "one_prediction_p99_us": summarise(p99),
+            "one_prediction_varied_pairs_p50_us": summarise(varied)}
+
+
+def bench_rank(predictor: Any, llm: str, repeats: int, calls: int) -> dict[str, Any]:
+    import wattgpu
+    from wattgpu.errors import WattGPUError
+
+    if hasattr(wattgpu, "rank"):
+        how = "wattgpu.rank(llm)"
+        fn: Callable[[], Any] = lambda: wattgpu.rank(llm)  # noqa: E731
+        n_gpus = len(predictor.catalog.gpus)
+    else:  # until rank lands: every catalog GPU the LLM fits on, in one predict_specs pass
+        spec = predictor.catalog.llm(llm)
+        wl = wattgpu.Workload()
+        triples = []
+        for g in predictor.catalog.gpus:
+            try:
+                predictor.predict_specs([(g, spec, wl)])
+            except WattGPUError:
+                continue
+            triples.append((g, spec, wl))
+        how = "Predictor.predict_specs over the catalog GPUs the LLM fits on (wattgpu.rank not present)"
+        fn = lambda: predictor.predict_specs(triples)  # noqa: E731
+        n_gpus = len(triples)
+    fn()
+    med = [statistics.median(_timed_calls(fn, calls)) * 1e3 for _ in range(repeats)]
+    return {"rank_full_catalog_ms": summarise(med), "_rank": {"how": how, "llm": llm, "gpus": n_gpus}}
+
+
+# ---------------------------------------------------------------- batch rows
+def batch_rows(predictor: Any, n: int, seed: int = 0) -> list[tuple[Any, Any, Any]]:
+    """``n`` (GPU, LLM, workload) triples drawn from the catalog pairs that fit, with varied workloads."""
+    import numpy as np
+
+    from wattgpu import features as F
+    from wattgpu.predictor import NO_KV_CACHE
+    from wattgpu.workload import Workload
+
+    cat = predictor.catalog
+    wls = [Workload(**w) for w in WORKLOADS]
+    combos = [(g, m, w) for g in cat.gpus for m in cat.llms if m.arch_class not in NO_KV_CACHE for w in wls]
+    fits = F.columns(combos)["fit_batch"] >= 1
+    combos = [c for c, ok in zip(combos, fits) if ok]
+    pick = np.random.default_rng(seed).integers(0, len(combos), size=n)
+    return [combos[i] for i in pick]
+
+
+def bench_batch(n_rows: int, repeats: int) -> dict[str, Any]:
+    """Rows/s through ``Predictor.predict_specs`` (features, both models, Prediction objects)."""
+    from wattgpu import Predictor
+
+    predictor = Predictor()
+    rows = batch_rows(predictor, n_rows)
+    predictor.predict_specs(rows[:100])
+    rates = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        out = predictor.predict_specs(rows)
+        rates.append(len(out) / (time.perf_counter() - t))
+    return {"rates": rates}
+
+
+def bench_batch_one_core(n_rows: int, repeats: int, env: dict[str, str]) -> dict[str, Any]:
+    """The batch figure in a child pinned to one CPU with OMP/MKL/OpenBLAS threads = 1."""
+    env = dict(env, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    import wattgpu
+
+    installed = [] if Path(wattgpu.__file__).resolve().parents[1] == SOURCE_DIRS[0] else ["--installed"]
+    out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--_batch-worker", str(n_rows),
+                          "--repeats", str(repeats), *installed], env=env, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def batch_worker(n_rows: int, repeats: int) -> None:
+    pinned = False
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+        pinned = True
+    res = bench_batch(n_rows, repeats)
+    res["pinned_to_one_cpu"] = pinned
+    print(json.dumps(res))
+
+
+# ---------------------------------------------------------------- sizes
+def _wheel_path(tmp: str) -> tuple[Path | None, str]:
+    found = sorted(glob.glob(str(REPO / "wheels" / "wattgpu-*.whl")))
+    if found:
+        return Path(found[-1]), "wheels/"
+    if not (REPO / "pyproject.toml").is_file():
+        return None, "no wheels/ and no source tree to build one"
+    cmd = [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", tmp, str(REPO)]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    built = sorted(glob.glob(os.path.join(tmp, "wattgpu-*.whl")))
+    if res.returncode != 0 or not built:
+        return None, f"python -m build failed: {res.stderr.strip().splitlines()[-1:] or res.returncode}"
+    return Path(built[-1]), "built with python -m build --wheel (wheels/ empty)"
+
+
+def bench_sizes() -> dict[str, Any]:
+    import zipfile
+
+    import wattgpu
+
+    pkg = Path(wattgpu.__file__).resolve().parent
+    files = [p for p in pkg.rglob("*") if p.is_file()]
+    code_and_data = sum(p.stat().st_size for p in files if "__pycache__" not in p.parts)
+    with_cache = sum(p.stat().st_size for p in files)
+    out: dict[str, Any] = {
+        "installed_package_mb": {"median": code_and_data / 1e6, "min": code_and_data / 1e6,
+                                 "max": code_and_data / 1e6, "n": 1},
+        "_installed_package": {"dir": str(pkg), "bytes_without_pycache": code_and_data,
+                               "bytes_with_pycache": with_cache},
+    }
+    models = pkg / "models"
+    for f in sorted(models.glob("*")):
+        if f.suffix in (".onnx", ".json"):
+            key = f"file_{f.name.replace('.', '_')}_kb"
+            kb = f.stat().st_size / 1e3
+            out[key] = {"median": kb, "min": kb, "max": kb, "n": 1}
+    with tempfile.TemporaryDirectory() as tmp:
+        wheel, how = _wheel_path(tmp)
+        if wheel is None:
+            out["wheel_kb"] = {"skipped": how}
+        else:
+            kb = wheel.stat().st_size / 1e3
+            with zipfile.ZipFile(wheel) as z:
+                members = {}
+                for info in z.infolist():
+                    top = info.filename.split("/", 1)[0]
+                    members[top] = members.get(top, 0) + info.compress_size
+            out["wheel_kb"] = {"median": kb, "min": kb, "max": kb, "n": 1}
+            out["_wheel"] = {"file": wheel.name, "source": how,
+                             "compressed_kb_by_top_dir": {k: round(v / 1e3, 1) for k, v in sorted(members.items())}}
+    return out
+
+
+# ---------------------------------------------------------------- XGBoost vs ONNX
+def bench_vs_xgboost(predictor: Any, n_rows: int, repeats: int, single_calls: int) -> dict[str, Any]:
+    try:
+        import numpy as np
+        import xgboost  # noqa: F401
+        from wattgpu_train.dataset import build_dataset
+        from wattgpu_train.fit import fit_model
+        from wattgpu_train.loading import load_catalog, load_training_records
+        from wattgpu_train.recipes import RECIPES
+    except ImportError as exc:
+        return {"_xgboost": {"skipped": f"training extra not importable ({exc})"}}
+    data_dir, specs = REPO / "data", REPO / "specs.json"
+    if not data_dir.is_dir() or not specs.is_file():
+        return {"_xgboost": {"skipped": "repo data/ and specs.json not found"}}
+    from wattgpu import features as F
+
+    schema = predictor.schema
+    recipe = RECIPES[schema.recipe]
+    catalog = load_catalog(specs)
+    records = load_training_records(data_dir)
+    t = time.perf_counter()
+    boosters = {}
+    for target in schema.models:
+        fitted = fit_model(recipe.model(target), build_dataset(records, catalog, target))
+        boosters[target] = fitted.booster.get_booster()
+        boosters[target].set_param({"nthread": 1})
+    fit_s = time.perf_counter() - t
+    sessions = {target: predictor._session(target) for target in schema.models}
+    names = {target: list(m.feature_names) for target, m in schema.models.items()}
+    for target in schema.models:
+        if names[target] != list(recipe.model(target).features):
+            return {"_xgboost": {"skipped": f"shipped {target} model features differ from recipe {recipe.name}"}}
+
+    rows = batch_rows(predictor, n_rows, seed=1)
+    cols = F.columns(rows)
+    X = {t: F.matrix(names[t], cols) for t in schema.models}
+    import xgboost as xgb
+
+    def xgb_models(Xs: dict[str, Any]) -> None:
+        for target, b in boosters.items():
+            b.inplace_predict(Xs[target])
+
+    def xgb_models_dmatrix(Xs: dict[str, Any]) -> None:
+        for target, b in boosters.items():
+            b.predict(xgb.DMatrix(Xs[target], nthread=1))
+
+    def onnx_models(Xs: dict[str, Any]) -> None:
+        for target, s in sessions.items():
+            s.run(None, {schema.models[target].input_name: Xs[target]})
+
+    # agreement on the same rows (the export's parity gate, re-checked here)
+    max_rel = 0.0
+    for target in schema.models:
+        a = boosters[target].inplace_predict(X[target]).astype(np.float64)
+        b = sessions[target].run(None, {schema.models[target].input_name: X[target]})[0].reshape(-1).astype(np.float64)
+        max_rel = max(max_rel, float(np.max(np.abs(a - b) / np.maximum(np.abs(a), 1e-6))))
+
+    batch_ratio, batch_xgb_us, batch_onnx_us = [], [], []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        xgb_models(X)
+        tx = (time.perf_counter() - t) / n_rows
+        t = time.perf_counter()
+        onnx_models(X)
+        to = (time.perf_counter() - t) / n_rows
+        batch_xgb_us.append(tx * 1e6)
+        batch_onnx_us.append(to * 1e6)
+        batch_ratio.append(tx / to)
+
+    one = {t: X[t][:1].copy() for t in X}
+    singles = {"xgb_predict": lambda: xgb_models_dmatrix(one), "xgb_inplace": lambda: xgb_models(one),
+               "onnx": lambda: onnx_models(one)}
+    for f in singles.values():
+        f()
+    med: dict[str, list[float]] = {k: [] for k in singles}
+    for _ in range(repeats):
+        for k, f in singles.items():
+            med[k].append(statistics.median(_timed_calls(f, single_calls)) * 1e6)
+    ratio = [x / o for x, o in zip(med["xgb_predict"], med["onnx"])]
+    ratio_inplace = [x / o for x, o in zip(med["xgb_inplace"], med["onnx"])]
+    return {
+        "xgboost_over_onnx_per_row_single": summarise(ratio),
+        "xgboost_inplace_over_onnx_per_row_single": summarise(ratio_inplace),
+        "xgboost_over_onnx_per_row_batch": summarise(batch_ratio),
+        "single_row_xgboost_predict_us": summarise(med["xgb_predict"]),
+        "single_row_xgboost_inplace_us": summarise(med["xgb_inplace"]),
+        "single_row_onnx_us": summarise(med["onnx"]),
+        "batch_xgboost_us_per_row": summarise(batch_xgb_us),
+        "batch_onnx_us_per_row": summarise(batch_onnx_us),
+        "_xgboost": {"recipe": recipe.name, "fit_s": round(fit_s, 2), "rows": n_rows,
+                     "max_rel_diff_xgboost_vs_onnx": max_rel, "threads": 1,
+                     "what": "both targets' models on the same float32 feature matrices; single = one row per call, "
+                             "XGBoost predict() builds a DMatrix as its predict API does, inplace_predict skips it"},
+    }
+
+
+# ---------------------------------------------------------------- report
+def judge(name: str, fig: dict[str, Any]) -> None:
+    if name not in BUDGETS or "median" not in fig:
+        return
+    budget, kind, unit = BUDGETS[name]
+    v = fig["median"]
+    ok = v <= budget if kind == "max" else v >= budget
+    fig["budget"] = budget
+    fig["budget_kind"] = "at most" if kind == "max" else "at least"
+    fig["within_budget"] = ok
+    if kind == "max":
+        fig["vs_budget"] = f"{(v / budget - 1) * 100:+.0f}% ({'under' if ok else 'over'} by {abs(v - budget):.3g} {unit})"
+    else:
+        fig["vs_budget"] = f"{(v / budget - 1) * 100:+.0f}% ({'above' if ok else 'short'} by {abs(v - budget):.3g} {unit})"
+
+
+UNITS = {"_ms": "ms", "_us": "µs", "_kb": "KB", "_mb": "MB", "_per_s_one_core": "rows/s", "_per_s": "rows/s",
+         "_per_row": "µs", "_single": "×", "_batch": "×"}
+
+
+def unit_of(name: str) -> str:
+    for suffix, unit in UNITS.items():
+        if name.endswith(suffix):
+            return unit
+    return ""
+
+
+def table(figures: dict[str, Any]) -> str:
+    lines = [f"{'figure':<44} {'median':>12} {'min':>12} {'max':>12}  {'unit':<6} budget"]
+    lines.append("-" * len(lines[0]) + "-" * 30)
+    for name, fig in figures.items():
+        if name.startswith("_"):
+            continue
+        if "median" not in fig:
+            lines.append(f"{name:<44} skipped: {fig.get('skipped')}")
+            continue
+        verdict = ""
+        if "budget" in fig:
+            verdict = (f"{'≤' if fig['budget_kind'] == 'at most' else '≥'} {fig['budget']:g}: "
+                       f"{'within' if fig['within_budget'] else 'OVER'} {fig['vs_budget']}")
+        lines.append(f"{name:<44} {fig['median']:>12.4g} {fig['min']:>12.4g} {fig['max']:>12.4g}  {unit_of(name):<6} {verdict}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="few repeats and 2,000 batch rows (for tests)")
+    ap.add_argument("--out", type=Path, default=REPO / "reports" / "benchmarks.json")
+    ap.add_argument("--repeats", type=int, default=None, help="repeats per timed figure (default 7, quick 3)")
+    ap.add_argument("--batch-rows", type=int, default=None, help="rows in the batch figure (default 100000)")
+    ap.add_argument("--installed", action="store_true",
+                    help="measure the installed wattgpu instead of the source tree beside this script")
+    ap.add_argument("--_batch-worker", type=int, default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    _ensure_importable(args.installed)
+    if args._batch_worker is not None:
+        batch_worker(args._batch_worker, args.repeats or 3)
+        return 0
+
+    import numpy as np
+    import onnxruntime
+
+    import wattgpu
+    from wattgpu.errors import WattGPUError
+
+    repeats = args.repeats or (3 if args.quick else 7)
+    cold_repeats = 5 if args.quick else 10
+    n_rows = args.batch_rows or (2_000 if args.quick else 100_000)
+    calls = 300 if args.quick else 5_000
+    env = _import_path_env()
+
+    predictor = wattgpu.default_predictor()
+    cat = predictor.catalog
+    llm = PREFERRED_LLM if any(m.name == PREFERRED_LLM for m in cat.llms) else cat.llms[0].name
+    gpu = PREFERRED_GPU if any(g.name == PREFERRED_GPU for g in cat.gpus) else cat.gpus[-1].name
+    pairs = []
+    for m in cat.llms:
+        for g in cat.gpus:
+            try:
+                predictor.predict(m, g)
+            except WattGPUError:
+                continue
+            pairs.append((m.name, g.name))
+    step = max(1, len(pairs) // 200)
+    pairs = pairs[::step]
+
+    figures: dict[str, Any] = {}
+    t_all = time.perf_counter()
+    load_before = os.getloadavg() if hasattr(os, "getloadavg") else None
+    figures.update(bench_cold_start(cold_repeats, llm, gpu, env))
+    figures.update(bench_one_prediction(predictor, llm, gpu, pairs, repeats, calls))
+    figures.update(bench_rank(predictor, llm, repeats, max(20, calls // 20)))
+    in_proc = bench_batch(n_rows, repeats)["rates"]
+    one_core = bench_batch_one_core(n_rows, repeats, env)
+    figures["batch_predictions_per_s_one_core"] = summarise(one_core["rates"])
+    figures["batch_predictions_per_s"] = summarise(in_proc)
+    figures["_batch"] = {"rows": n_rows, "workloads": WORKLOADS, "path": "Predictor.predict_specs",
+                         "one_core": "child process, OMP/MKL/OPENBLAS_NUM_THREADS=1"
+                                     + (", pinned to one CPU" if one_core.get("pinned_to_one_cpu") else "")
+                                     + "; onnxruntime intra/inter-op threads = 1 (as the predictor sets)",
+                         "in_process": "this process, default thread environment"}
+    figures.update(bench_sizes())
+    figures.update(bench_vs_xgboost(predictor, min(n_rows, 20_000), repeats, max(50, calls // 10)))
+    for name, fig in figures.items():
+        if isinstance(fig, dict):
+            judge(name, fig)
+
+    report = {
+        "meta": {
+            "quick": args.quick, "repeats": repeats, "cold_start_repeats": cold_repeats, "batch_rows": n_rows,
+            "one_prediction": {"llm": llm, "gpu": gpu, "calls_per_repeat": calls,
+                               "varied_pairs": len(pairs)},
+            "python": platform.python_version(), "numpy": np.__version__, "onnxruntime": onnxruntime.__version__,
+            "wattgpu": wattgpu.__version__, "wattgpu_from": str(Path(wattgpu.__file__).resolve().parent),
+            "machine": platform.machine(), "cpus": os.cpu_count(), "platform": platform.platform(),
+            "seconds": round(time.perf_counter() - t_all, 1),
+            "load_average_1_5_15": {"start": load_before,
+                                    "end": os.getloadavg() if hasattr(os, "getloadavg") else None},
+            "note": "median over repeats with min and max; cold start is the whole child process "
+                    "(interpreter start, import, first prediction) timed from the parent",
+        },
+        "figures": figures,
+    }
+    print(f"wattgpu {wattgpu.__version__} from {report['meta']['wattgpu_from']}")
+    print(table(figures))
+    missed = [n for n, f in figures.items() if isinstance(f, dict) and f.get("within_budget") is False]
+    print(f"\nover budget: {', '.join(missed) if missed else 'none'}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""The benchmark script runs end to end in --quick mode and reports every figure.
+
+No timing is asserted: the machines here are shared and noisy. The test checks that each figure is
+present with finite numbers and that every budgeted figure carries a verdict.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "benchmarks" / "bench_runtime.py"
+
+TIMED = ["cold_start_ms", "cold_start_in_process_ms", "cold_import_wattgpu_ms", "cold_first_prediction_ms",
+         "cold_start_peak_rss_mb", "one_prediction_p50_us", "one_prediction_p99_us",
+         "one_prediction_varied_pairs_p50_us", "rank_full_catalog_ms", "batch_predictions_per_s_one_core",
+         "batch_predictions_per_s"]
+SIZES = ["installed_package_mb", "wheel_kb", "file_power_onnx_kb", "file_itl_onnx_kb"]
+XGB = ["xgboost_over_onnx_per_row_single", "xgboost_inplace_over_onnx_per_row_single",
+       "xgboost_over_onnx_per_row_batch", "single_row_xgboost_predict_us", "single_row_onnx_us",
+       "batch_xgboost_us_per_row", "batch_onnx_us_per_row"]
+BUDGETED = ["cold_start_ms", "one_prediction_p50_us", "rank_full_catalog_ms", "batch_predictions_per_s_one_core",
+            "wheel_kb", "installed_package_mb", "xgboost_over_onnx_per_row_single"]
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:
+    pytest.importorskip("xgboost")
+    pytest.importorskip("build")
+    out = tmp_path_factory.mktemp("bench") / "benchmarks.json"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / d) for d in ("runtime", "train", "export")]
+                                        + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    res = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--out", str(out)], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(out.read_text(encoding="utf-8")), res.stdout
+
+
+def _finite(fig: dict) -> bool:
+    return all(isinstance(fig[k], (int, float)) and math.isfinite(fig[k]) for k in ("median", "min", "max"))
+
+
+@pytest.mark.parametrize("name", TIMED + SIZES + XGB)
+def test_every_figure_is_reported_with_finite_numbers(report: tuple[dict, str], name: str) -> None:
+    figures = report[0]["figures"]
+    assert name in figures, sorted(figures)
+    fig = figures[name]
+    assert _finite(fig), fig
+    assert fig["min"] <= fig["median"] <= fig["max"]
+    assert fig["median"] > 0
+
+
+@pytest.mark.parametrize("name", BUDGETED)
+def test_budgeted_figures_carry_a_verdict(report: tuple[dict, str], name: str) -> None:
+    fig = report[0]["figures"][name]
+    assert isinstance(fig["within_budget"], bool)
+    assert fig["budget"] > 0 and fig["vs_budget"]
+    assert name in report[1]  # and the printed table shows it
+
+
+def test_meta_and_context(report: tuple[dict, str]) -> None:
+    data = report[0]
+    assert data["meta"]["quick"] is True and data["meta"]["batch_rows"] == 2000
+    figures = data["figures"]
+    assert figures["_rank"]["gpus"] > 0
+    assert figures["_xgboost"]["max_rel_diff_xgboost_vs_onnx"] < 1e-3  # same trees on both sides
+    assert figures["_cold_start_import_breakdown_ms"]
+    assert any(k.startswith("file_") and k.endswith("_onnx_kb") for k in figures)

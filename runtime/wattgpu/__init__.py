@@ -14,12 +14,13 @@ from .errors import (ArtifactError, ConfigFileError, ModelFitError, SpecValidati
                      UnsupportedModelError, WattGPUError)
 from .prediction import Interval, Prediction
 from .predictor import Predictor, default_predictor
+from .rank import Excluded, RankEntry, RankResult, rank
 from .specs import Catalog, GpuSpec, LlmSpec, default_catalog
 from .workload import Workload
 
 __version__ = "0.1.0"
 __all__ = [
-    "predict", "predict_many", "Predictor", "Prediction", "Interval", "Workload", "GpuSpec", "LlmSpec", "Catalog",
+    "predict", "predict_many", "rank", "RankResult", "RankEntry", "Excluded", "Predictor", "Prediction", "Interval", "Workload", "GpuSpec", "LlmSpec", "Catalog",
     "default_catalog", "WattGPUError", "UnknownEntityError", "SpecValidationError", "ConfigFileError",
     "ModelFitError", "UnsupportedModelError", "ArtifactError",
 ]

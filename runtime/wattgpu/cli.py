@@ -69,35 +69,146 @@ def main() -> None:
     """Predict mean GPU power and inter-token latency of serving an LLM on an NVIDIA GPU."""
 
 
+def price_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    opts = [
+        click.option("--usd-per-kwh", type=float, default=None, help="Electricity price; adds $ per million tokens."),
+        click.option("--gco2-per-kwh", type=float, default=None, help="Grid carbon intensity; adds gCO2e per million tokens."),
+        click.option("--pue", type=float, default=1.0, show_default=True, help="Facility PUE applied to cost and carbon."),
+    ]
+    for o in reversed(opts):
+        fn = o(fn)
+    return fn
+
+
 @main.command()
-@click.option("--llm", required=True, help="Catalog id (see `wattgpu llms`), a config.json, or a model directory.")
-@click.option("--gpu", required=True, help="Catalog name or alias (see `wattgpu gpus`), or a GPU spec JSON file.")
+@click.option("--llm", default=None, help="Catalog id (see `wattgpu llms`), a config.json, or a model directory.")
+@click.option("--gpu", default=None, help="Catalog name or alias (see `wattgpu gpus`), or a GPU spec JSON file.")
 @workload_options
+@price_options
+@click.option("--input", "input_csv", default=None, type=click.Path(dir_okay=False),
+              help="CSV of many predictions (columns llm, gpu and optional workload fields); needs --output.")
+@click.option("--output", "output_csv", default=None, type=click.Path(dir_okay=False), help="CSV to write (with --input).")
+@click.option("--on-error", type=click.Choice(["skip", "stop"]), default="skip", show_default=True,
+              help="With --input: skip a bad row (reported with its line, `error` column) or stop at it.")
 @click.option("--json", "as_json", is_flag=True, help="Print stable JSON.")
 @guarded
-def predict(llm: str, gpu: str, as_json: bool, **wl: Any) -> None:
-    """Predict power, ITL, throughput and energy for one LLM on one GPU."""
+def predict(llm: str | None, gpu: str | None, as_json: bool, usd_per_kwh: float | None, gco2_per_kwh: float | None,
+            pue: float, input_csv: str | None, output_csv: str | None, on_error: str, **wl: Any) -> None:
+    """Predict power, ITL, throughput and energy for one LLM on one GPU (or many rows with --input)."""
+    from .errors import WattGPUError
     from .predictor import default_predictor
 
-    p = default_predictor().predict(llm, gpu, make_workload(**wl)).to_dict()
+    if input_csv is not None or output_csv is not None:
+        if input_csv is None or output_csv is None:
+            raise WattGPUError("--input and --output go together (CSV in, CSV out)")
+        if llm is not None or gpu is not None:
+            raise WattGPUError("--input takes llm and gpu from the CSV; drop --llm/--gpu")
+        from .batch import predict_csv
+
+        n_ok, n_bad = predict_csv(input_csv, output_csv, on_error=on_error, defaults=make_workload(**wl),
+                                  prices=(usd_per_kwh, gco2_per_kwh, pue),
+                                  report=lambda msg: click.echo(msg, err=True))
+        click.echo(f"wrote {output_csv}: {n_ok} predictions, {n_bad} rows with errors", err=True)
+        return
+    if llm is None or gpu is None:
+        raise WattGPUError("give --llm and --gpu (or --input FILE.csv --output FILE.csv)")
+    pred = default_predictor().predict(llm, gpu, make_workload(**wl))
+    p = pred.to_dict()
+    p["energy"] = pred.energy(usd_per_kwh, gco2_per_kwh, pue)
     if as_json:
         click.echo(json.dumps(p, indent=2, sort_keys=True))
         return
+    e = p["energy"]
     rows = [
         ("LLM", p["llm"]), ("GPU", p["gpu"]),
         ("workload", f"{p['workload']['kind']}, engine {p['workload']['engine']}, effective batch {p['effective_batch']:.1f}"),
         ("mean power", f"{p['power_w']:.0f} W{_fmt_interval(p['power_intervals'], 1, '.0f')}  [{p['power_method']}]"),
         ("ITL (per sequence)", f"{p['itl_s'] * 1e3:.1f} ms/token{_fmt_interval(p['itl_intervals'], 1e3, '.1f')}"),
         ("throughput", f"{p['throughput_tok_s']:.1f} tokens/s"),
-        ("energy", f"{p['energy_per_token_j']:.3f} J/token, {p['energy_per_request_j']:.1f} J/request"),
+        ("energy", f"{e['j_per_token']:.3f} J/token, {e['wh_per_request']:.3f} Wh/request, "
+                   f"{e['kwh_per_mtok']:.3f} kWh per million tokens"),
         ("baselines", f"TDP {p['baselines']['tdp_w']:.0f} W, load-scaled TDP {p['baselines']['ls_tdp_w']:.0f} W, "
                       f"roofline ITL {p['baselines']['roofline_itl_s'] * 1e3:.1f} ms"),
     ]
+    if p["idle_power_w"] is not None:
+        rows.append(("idle power", f"{p['idle_power_w']:.1f} W ({p['idle_power_source']})"))
+    if e["usd_per_mtok"] is not None:
+        rows.append(("cost", f"${e['usd_per_mtok']:.4f} per million tokens (PUE {pue:g})"))
+    if e["gco2_per_mtok"] is not None:
+        rows.append(("carbon", f"{e['gco2_per_mtok']:.1f} gCO2e per million tokens (PUE {pue:g})"))
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         click.echo(f"{k:<{width}}  {v}")
     for w in p["warnings"]:
         click.echo(f"warning: {w}")
+
+
+@main.command("rank")
+@click.option("--llm", required=True, help="Catalog id (see `wattgpu llms`), a config.json, or a model directory.")
+@workload_options
+@click.option("--max-itl-ms", type=float, default=None, help="Latency SLA: largest acceptable ITL per sequence (ms).")
+@click.option("--strict", is_flag=True, help="Judge the SLA by the ITL interval's upper bound (95%, else 80%).")
+@click.option("--gpus", default=None, help="Comma-separated GPU names/aliases (default: the whole catalog).")
+@click.option("--sort", type=click.Choice(["energy", "power", "itl"]), default="energy", show_default=True)
+@price_options
+@click.option("--json", "as_json", is_flag=True, help="Print stable JSON (keys documented in wattgpu.rank).")
+@click.option("--plot", "plot_path", default=None, type=click.Path(dir_okay=False),
+              help="Write an SVG of energy per token vs ITL with the SLA line.")
+@guarded
+def rank_cmd(llm: str, max_itl_ms: float | None, strict: bool, gpus: str | None, sort: str, usd_per_kwh: float | None,
+             gco2_per_kwh: float | None, pue: float, as_json: bool, plot_path: str | None, **wl: Any) -> None:
+    """Rank GPUs for serving one LLM: candidates by energy per token, excluded GPUs with the reason."""
+    from .rank import rank
+
+    names = None if gpus is None else [g.strip() for g in gpus.split(",") if g.strip()]
+    res = rank(llm, make_workload(**wl), gpus=names, max_itl_ms=max_itl_ms, strict=strict, sort=sort,
+               usd_per_kwh=usd_per_kwh, gco2_per_kwh=gco2_per_kwh, pue=pue)
+    if plot_path:
+        from .plot import write_svg
+
+        try:
+            write_svg(res, plot_path)
+        except OSError as exc:
+            from .errors import WattGPUError
+
+            raise WattGPUError(f"--plot {plot_path}: cannot write ({exc.strerror or exc.__class__.__name__})") from None
+    if as_json:
+        click.echo(json.dumps(res.to_dict(), indent=2, sort_keys=True))
+        return
+    _print_rank(res)
+    if plot_path:
+        click.echo(f"plot written to {plot_path}")
+
+
+def _print_rank(res: Any) -> None:
+    wl = res.workload
+    load = f"server at {wl.qps:g} req/s" if wl.kind == "server" else f"{wl.kind}, batch cap {wl.max_batch}"
+    sla = "no SLA" if res.max_itl_ms is None else f"SLA ITL ≤ {res.max_itl_ms:g} ms ({res.sla_basis})"
+    click.echo(f"{res.llm} — {load}, {wl.input_tokens}→{wl.output_tokens} tokens, {wl.engine}; {sla}; sorted by {res.sort}")
+    priced = res.usd_per_kwh is not None
+    carbon = res.gco2_per_kwh is not None
+    head = f"{'#':>3} {'GPU':<44} {'power W':>8} {'ITL ms':>7} {'tok/s':>8} {'J/tok':>8} {'Wh/req':>7} {'kWh/Mtok':>9}"
+    head += f" {'$/Mtok':>8}" if priced else ""
+    head += f" {'gCO2/Mtok':>10}" if carbon else ""
+    click.echo(head)
+    for i, c in enumerate(res.candidates, 1):
+        e = c.energy
+        line = (f"{i:>3} {c.gpu[:44]:<44} {c.power_w:>8.1f} {c.itl_s * 1e3:>7.1f} {c.throughput_tok_s:>8.1f} "
+                f"{e['j_per_token']:>8.3f} {e['wh_per_request']:>7.3f} {e['kwh_per_mtok']:>9.3f}")
+        line += f" {e['usd_per_mtok']:>8.4f}" if priced else ""
+        line += f" {e['gco2_per_mtok']:>10.1f}" if carbon else ""
+        click.echo(line)
+    if res.excluded:
+        click.echo("excluded:")
+        for x in res.excluded:
+            click.echo(f"    {x.gpu}: {x.reason}")
+    if res.candidates:
+        shared = set(res.candidates[0].warnings).intersection(*(set(c.warnings) for c in res.candidates[1:]))
+        for w in sorted(shared):
+            click.echo(f"note (all candidates): {w}")
+        n = sum(1 for c in res.candidates if set(c.warnings) - shared)
+        if n:
+            click.echo(f"note: {n} candidates carry GPU-specific warnings (see --json)")
 
 
 @main.command()

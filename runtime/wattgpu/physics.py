@@ -88,3 +88,81 @@ def paper_scenario(kind: str, qps: float | None) -> str:
 def ls_tdp_power_w(tdp_w: float, scenario: str) -> float:
     """Load-scaled TDP baseline: ρ × TDP."""
     return LS_TDP_RHO[scenario] * tdp_w
+
+
+# ---- memory fit (bytes and GB for one sequence / one model)
+def kv_bytes_per_sequence(kv_per_token: np.ndarray, context_tokens: np.ndarray,
+                          sliding_window: np.ndarray | None = None,
+                          sliding_layer_fraction: np.ndarray | float = 1.0) -> np.ndarray:
+    """KV-cache bytes one sequence of ``context_tokens`` holds.
+
+    Layers with a sliding window keep at most ``sliding_window`` tokens; the others keep the whole
+    context. ``sliding_layer_fraction`` is the share of KV layers that slide (1.0 for Mistral-style
+    models, where every layer slides). For models whose window applies only to alternate layers
+    (Gemma 2: every other layer; Gemma 3: 5 of 6) this is an APPROXIMATION: the config does not always
+    say which layers slide, and engines differ in whether they free the out-of-window blocks at all
+    (vLLM's hybrid KV-cache manager does, older versions allocate the full context for every layer).
+    ``sliding_window`` NaN or None = no window.
+    """
+    per_tok = np.asarray(kv_per_token, dtype=np.float64)
+    ctx = np.asarray(context_tokens, dtype=np.float64)
+    if sliding_window is None:
+        return per_tok * ctx
+    win = np.asarray(sliding_window, dtype=np.float64)
+    held = np.where(np.isnan(win), ctx, np.fmin(ctx, np.where(np.isnan(win), np.inf, win)))
+    frac = np.clip(np.asarray(sliding_layer_fraction, dtype=np.float64), 0.0, 1.0)
+    return per_tok * (frac * held + (1.0 - frac) * ctx)
+
+
+def memory_needed_bytes(weights: np.ndarray, memory_gb: np.ndarray, kv_one_sequence: np.ndarray) -> np.ndarray:
+    """Smallest engine memory share that serves one sequence: weights + activation reserve + its KV cache."""
+    return (np.asarray(weights, dtype=np.float64) + ACTIVATION_RESERVE_FRACTION * np.asarray(memory_gb, dtype=np.float64) * 1e9
+            + kv_one_sequence)
+
+
+# ---- server load (Poisson arrivals, continuous batching)
+def littles_law_concurrency(qps: np.ndarray, request_s: np.ndarray) -> np.ndarray:
+    """Little's law: mean requests in the system L = λ · W (arrival rate × time each request spends)."""
+    return np.asarray(qps, dtype=np.float64) * np.asarray(request_s, dtype=np.float64)
+
+
+def busy_fraction(concurrency: np.ndarray) -> np.ndarray:
+    """Share of time at least one request is in service.
+
+    A continuous-batching engine serves every waiting request at once, so it behaves like an M/G/∞
+    queue: the number in service is Poisson with mean L, and P(N ≥ 1) = 1 − exp(−L).
+    """
+    return -np.expm1(-np.asarray(concurrency, dtype=np.float64))
+
+
+def busy_batch(concurrency: np.ndarray) -> np.ndarray:
+    """Mean number of sequences decoding together while busy: L / P(N ≥ 1) (zero-truncated Poisson), ≥ 1."""
+    c = np.asarray(concurrency, dtype=np.float64)
+    return np.maximum(c / np.maximum(busy_fraction(c), 1e-12), 1.0)
+
+
+def server_power_mix(idle_w: np.ndarray, busy_power_w: np.ndarray, concurrency: np.ndarray) -> np.ndarray:
+    """Mean power of a server that idles between requests: idle + busy fraction × (busy power − idle).
+
+    A busy power below the idle figure (a model/idle-table mismatch) is treated as idle, never negative.
+    """
+    idle = np.asarray(idle_w, dtype=np.float64)
+    return idle + busy_fraction(concurrency) * np.maximum(np.asarray(busy_power_w, dtype=np.float64) - idle, 0.0)
+
+
+def solve_server_concurrency(qps: np.ndarray, request_time_s, iters: int = 60, rtol: float = 1e-6,
+                             damping: float = 0.5) -> tuple[np.ndarray, bool]:
+    """Fixed point L = λ · T(L) of Little's law, where the per-request time T depends on the batch.
+
+    ``request_time_s(L)`` maps an array of concurrencies to per-request times (prefill + output tokens ×
+    ITL at the busy batch). Damped iteration from L = λ·T(1); returns (L, converged). T grows with the
+    batch, so when λ is beyond capacity L diverges; the caller checks it against what memory allows.
+    """
+    qps = np.asarray(qps, dtype=np.float64)
+    conc = littles_law_concurrency(qps, request_time_s(np.ones_like(qps)))
+    for _ in range(iters):
+        new = littles_law_concurrency(qps, request_time_s(conc))
+        if np.allclose(new, conc, rtol=rtol, atol=1e-9):
+            return new, True
+        conc = (1.0 - damping) * conc + damping * new
+    return conc, False

@@ -21,6 +21,8 @@ class Prediction:
     - ``itl_s``: per-sequence time between output tokens (what a user of the service feels).
     - ``system_s_per_token``: wall time per generated token of the whole GPU (= 1 / throughput).
     - ``energy_per_token_j`` = ``power_w`` × ``system_s_per_token``.
+    - ``idle_power_w`` / ``idle_power_source``: for server workloads mixed from idle and busy power,
+      the idle figure used and whether it was measured (with its source) or estimated.
     """
 
     llm: str
@@ -35,6 +37,8 @@ class Prediction:
     effective_batch: float
     busy_fraction: float
     power_method: str
+    idle_power_w: float | None = None
+    idle_power_source: str | None = None
     power_intervals: tuple[Interval, ...] = ()
     itl_intervals: tuple[Interval, ...] = ()
     baselines: dict[str, float] = field(default_factory=dict)
@@ -46,4 +50,14 @@ class Prediction:
         out["power_intervals"] = {f"{int(i.level * 100)}": [i.low, i.high] for i in self.power_intervals}
         out["itl_intervals"] = {f"{int(i.level * 100)}": [i.low, i.high] for i in self.itl_intervals}
         out["warnings"] = list(self.warnings)
+        out["energy"] = self.energy()
         return out
+
+    def energy(self, usd_per_kwh: float | None = None, gco2_per_kwh: float | None = None,
+               pue: float = 1.0) -> dict[str, Any]:
+        """J/token, J and Wh per request, kWh per million tokens, and $ / gCO2e per million tokens when
+        a price / grid intensity is given (see :mod:`wattgpu.energy`)."""
+        from .energy import energy_figures
+
+        return energy_figures(self.power_w, self.system_s_per_token, int(self.workload["output_tokens"]),
+                              usd_per_kwh, gco2_per_kwh, pue)

@@ -159,21 +159,40 @@ class Predictor:
         return self.predict_specs(triples)
 
     def predict_specs(self, triples: Sequence[tuple[GpuSpec, LlmSpec, Workload]]) -> list[Prediction]:
+        """Predict resolved triples in one vectorised pass; the first bad row raises its WattGPUError."""
+        out = self.predict_specs_safe(triples)
+        for r in out:
+            if isinstance(r, WattGPUError):
+                raise r
+        return out  # type: ignore[return-value]
+
+    def predict_specs_safe(self, triples: Sequence[tuple[GpuSpec, LlmSpec, Workload]]) -> list[Prediction | WattGPUError]:
+        """Like :meth:`predict_specs`, but one entry per row: a Prediction, or the WattGPUError that row
+        raises (does not fit, unsupported architecture, non-finite result). Good rows are still evaluated
+        together in one onnxruntime call per model."""
         if not triples:
             return []
-        domain = self.schema.domain
-        server_learned = "server" in domain.get("kinds", ())
-        evaluated = [(g, m, w if (w.kind != "server" or server_learned) else w) for g, m, w in triples]
-        cols = F.columns(evaluated)
-        _check_fit(triples, cols)
+        server_learned = "server" in self.schema.domain.get("kinds", ())
+        cols = F.columns(triples)
+        results: list[Prediction | WattGPUError | None] = [_row_error(t, cols, i) for i, t in enumerate(triples)]
+        good = [i for i, r in enumerate(results) if r is None]
+        if not good:
+            return results  # type: ignore[return-value]
+        sub = [triples[i] for i in good]
+        cols = F.columns(sub) if len(good) < len(triples) else cols
         out = self._evaluate(cols)
-        server_rows = [i for i, (_, _, w) in enumerate(triples) if w.kind == "server" and not server_learned]
-        mix: dict[int, dict[str, float]] = {}
+        server_rows = [k for k, (_, _, w) in enumerate(sub) if w.kind == "server" and not server_learned]
+        mix: dict[int, dict[str, Any]] = {}
         if server_rows:
-            mix = self._server_mix([triples[i] for i in server_rows])
-            mix = {i: mix[k] for k, i in enumerate(server_rows)}
+            mixed = self._server_mix([sub[k] for k in server_rows])
+            mix = {k: mixed[j] for j, k in enumerate(server_rows)}
         memo: dict[Any, Any] = {}  # per call: domain warnings and workload dicts of repeated specs
-        return [self._assemble(i, t, cols, out, mix.get(i), server_learned, memo) for i, t in enumerate(triples)]
+        for k, i in enumerate(good):
+            try:
+                results[i] = self._assemble(k, sub[k], cols, out, mix.get(k), server_learned, memo)
+            except WattGPUError as exc:
+                results[i] = exc
+        return results  # type: ignore[return-value]
 
     def feature_vectors(self, triples: Sequence[tuple[GpuSpec, LlmSpec, Workload]]) -> dict[str, np.ndarray]:
         """The float32 model inputs (schema order) for each target — exactly what onnxruntime receives."""
@@ -192,32 +211,33 @@ class Predictor:
             res[target] = inverse(m.transform, learned.astype(np.float64), cols)
         return res
 
-    def _server_mix(self, triples: Sequence[tuple[GpuSpec, LlmSpec, Workload]]) -> dict[int, dict[str, float]]:
-        """Poisson server without learned server power: Little's-law concurrency fixed point, then
-        mean power = idle + busy fraction × (busy power − idle)."""
+    def _server_mix(self, triples: Sequence[tuple[GpuSpec, LlmSpec, Workload]]) -> dict[int, dict[str, Any]]:
+        """Poisson server without learned server power (see :mod:`physics`): solve Little's law
+        L = λ·(prefill + output tokens × ITL at the busy batch), then mean power = idle + (1 − e^−L) ×
+        (learned busy power − idle). The learned models are evaluated as a closed loop at the busy batch."""
         qps = np.array([w.qps for _, _, w in triples], dtype=np.float64)
         out_tok = np.array([w.output_tokens for _, _, w in triples], dtype=np.float64)
-        conc = np.ones(len(triples))
-        for _ in range(SERVER_FIXED_POINT_ITERS):
-            busy = 1.0 - np.exp(-conc)
-            batch = np.maximum(conc / np.maximum(busy, 1e-9), 1.0)
+        state: dict[str, Any] = {}
+
+        def request_time(conc: np.ndarray) -> np.ndarray:
+            batch = physics.busy_batch(conc)
             wl = [replace(w, kind="closed_loop", qps=None, concurrency=float(b)) for (_, _, w), b in zip(triples, batch)]
             cols = F.columns([(g, m, x) for (g, m, _), x in zip(triples, wl)])
             res = self._evaluate(cols)
             prefill = physics.compute_latency_s(cols["llm_active_params_b"], cols["gpu_fp16_tflops"]) * cols["wl_input_tokens"]
-            request_s = prefill + out_tok * res["itl"]
-            new = qps * request_s
-            if np.allclose(new, conc, rtol=1e-6, atol=1e-9):
-                conc = new
-                break
-            conc = 0.5 * conc + 0.5 * new
-        busy = 1.0 - np.exp(-conc)
-        idle = np.array([g.idle_power_w if g.idle_power_w is not None else IDLE_FRACTION_OF_TDP * g.tdp_w
-                         for g, _, _ in triples])
-        power = idle + busy * np.maximum(res["power"] - idle, 0.0)
+            state.update(res=res, batch=batch, request_s=prefill + out_tok * res["itl"])
+            return state["request_s"]
+
+        conc, converged = physics.solve_server_concurrency(qps, request_time, iters=SERVER_FIXED_POINT_ITERS)
+        request_time(conc)  # the busy-state predictions at the solved concurrency
+        res, batch = state["res"], state["batch"]
+        idle, sources = zip(*(idle_power(g) for g, _, _ in triples))
+        power = physics.server_power_mix(np.array(idle), res["power"], conc)
+        busy = physics.busy_fraction(conc)
         return {k: {"power": float(power[k]), "itl": float(res["itl"][k]), "busy": float(busy[k]),
-                    "concurrency": float(conc[k]), "batch": float(batch[k]), "request_s": float(request_s[k]),
-                    "idle_estimated": triples[k][0].idle_power_w is None}
+                    "busy_power": float(res["power"][k]), "concurrency": float(conc[k]), "batch": float(batch[k]),
+                    "request_s": float(state["request_s"][k]), "idle_w": float(idle[k]), "idle_source": sources[k],
+                    "idle_estimated": triples[k][0].idle_power_w is None, "converged": converged}
                 for k in range(len(triples))}
 
     def _assemble(self, i: int, triple: tuple[GpuSpec, LlmSpec, Workload], cols: F.Columns,
@@ -234,12 +254,20 @@ class Predictor:
         if wl_dict is None:
             wl_dict = memo[id(wl)] = wl.to_dict()
         batch = float(cols["eff_batch"][i])
+        idle_w: float | None = None
+        idle_src: str | None = None
+        if llm.sliding_window and llm.sliding_window < wl.context_tokens:
+            warnings.append(f"{llm.name} has a {llm.sliding_window}-token sliding window; memory fit and batch "
+                            "limit assume full-context KV for every layer (conservative)")
         if mix is not None:
             power, itl, busy, batch = mix["power"], mix["itl"], mix["busy"], mix["batch"]
+            idle_w, idle_src = mix["idle_w"], mix["idle_source"]
             method = "server mix: idle + busy fraction × (learned busy power − idle)"
             if mix["idle_estimated"]:
                 warnings.append(f"idle power of {gpu.name} estimated as {IDLE_FRACTION_OF_TDP:.0%} of TDP "
                                 "(no measured figure in the catalog)")
+            if not mix["converged"]:
+                warnings.append("Little's-law fixed point did not converge: the load is at or beyond capacity")
             tokens_per_s = wl.qps * wl.output_tokens  # type: ignore[operator]
             capacity = batch / itl
             if mix["concurrency"] > float(cols["fit_batch"][i]) or tokens_per_s > capacity:
@@ -264,7 +292,8 @@ class Predictor:
             llm=llm.name, gpu=gpu.name, workload=dict(wl_dict), power_w=power, itl_s=itl,
             system_s_per_token=s_per_tok, throughput_tok_s=tokens_per_s, energy_per_token_j=e_tok,
             energy_per_request_j=e_tok * wl.output_tokens, effective_batch=batch, busy_fraction=busy,
-            power_method=method, power_intervals=_intervals(self.schema.intervals.get("power"), power, cap=gpu.tdp_w),
+            power_method=method, idle_power_w=idle_w, idle_power_source=idle_src,
+            power_intervals=_intervals(self.schema.intervals.get("power"), power, cap=gpu.tdp_w),
             itl_intervals=_intervals(self.schema.intervals.get("itl"), itl), baselines=baselines,
             warnings=tuple(warnings))
 
@@ -283,18 +312,29 @@ def _intervals(spec: Mapping[str, Any] | None, value: float, cap: float | None =
 NO_KV_CACHE = {"rnn_rwkv": "a recurrent network", "ssm_mamba": "a pure state-space (Mamba) model"}
 
 
-def _check_fit(triples: Sequence[tuple[GpuSpec, LlmSpec, Workload]], cols: F.Columns) -> None:
-    """Refuse models the features cannot describe, and models that do not fit in memory."""
-    for i, (g, m, w) in enumerate(triples):
-        if m.arch_class in NO_KV_CACHE:
-            raise UnsupportedModelError(f"{m.name} is {NO_KV_CACHE[m.arch_class]} without attention or KV cache; "
-                                        "WattGPU models attention-based LLMs only")
-        if cols["fit_batch"][i] < 1:
-            need = (cols["weights_bytes"][i] + cols["kv_per_token"][i] * cols["context_tokens"][i]) / 1e9
-            have = g.memory_size_gb * w.gpu_memory_utilization
-            raise ModelFitError(f"{m.name} does not fit on {g.name}: needs {need:.1f} GB (weights + one "
-                                f"{w.context_tokens}-token sequence), GPU has {have:.1f} GB usable "
-                                f"({g.memory_size_gb:g} GB × {w.gpu_memory_utilization:g}); use a larger GPU")
+def idle_power(gpu: GpuSpec) -> tuple[float, str]:
+    """Idle power of ``gpu`` with a model loaded and no requests, and where the figure comes from."""
+    if gpu.idle_power_w is not None:
+        return gpu.idle_power_w, f"measured: {gpu.idle_power_source or 'catalog'}"
+    return IDLE_FRACTION_OF_TDP * gpu.tdp_w, f"estimated: {IDLE_FRACTION_OF_TDP:.0%} of TDP (no measured figure)"
+
+
+def _row_error(triple: tuple[GpuSpec, LlmSpec, Workload], cols: F.Columns, i: int) -> WattGPUError | None:
+    """Why row ``i`` cannot be predicted (no KV cache, does not fit in memory), or None."""
+    g, m, w = triple
+    if m.arch_class in NO_KV_CACHE:
+        return UnsupportedModelError(f"{m.name} is {NO_KV_CACHE[m.arch_class]} without attention or KV cache; "
+                                     "WattGPU models attention-based LLMs only")
+    if cols["fit_batch"][i] < 1:
+        one_seq = physics.kv_bytes_per_sequence(cols["kv_per_token"][i], cols["context_tokens"][i])
+        need = float(physics.memory_needed_bytes(cols["weights_bytes"][i], g.memory_size_gb, one_seq)) / 1e9
+        have = g.memory_size_gb * w.gpu_memory_utilization
+        err = ModelFitError(f"{m.name} does not fit on {g.name}: needs {need:.1f} GB (weights + activation "
+                            f"reserve + one {w.context_tokens}-token sequence), GPU has {have:.1f} GB usable "
+                            f"({g.memory_size_gb:g} GB × {w.gpu_memory_utilization:g}); use a larger GPU")
+        err.need_gb, err.have_gb = need, have  # type: ignore[attr-defined]
+        return err
+    return None
 
 
 def domain_warnings(domain: Mapping[str, Any], gpu: GpuSpec, llm: LlmSpec, wl: Workload) -> Iterable[str]:

@@ -14,6 +14,10 @@ CATALOG_VERSION = "2026.12.1"
 GPU_TABLE = "gpu_specs.csv"
 LLM_TABLE = "llm_configs.csv"
 PAPER_MODELS = "model_features.csv"
+IDLE_TABLE = "idle_power.csv"
+# Only idle figures measured with a CUDA context (a model loaded, no requests) describe a server between
+# requests; "bare" figures (P8, no context) are kept in the table for reference and not used.
+IDLE_STATE_USED = "loaded"
 
 GPU_FACT_COLUMNS = (
     "compute_capability", "process_nm", "die_mm2", "memory_bus_bits", "tensor_cores",
@@ -38,9 +42,26 @@ def _int(value: str) -> int | None:
     return int(v) if v is not None else None
 
 
-def gpu_entry(row: dict[str, str]) -> dict[str, Any]:
+def read_idle_table(path: Path) -> dict[str, tuple[float, str]]:
+    """Measured idle power by catalog GPU name: {name: (watts, "source; note")}, usable rows only."""
+    if not path.exists():
+        return {}
+    out: dict[str, tuple[float, str]] = {}
+    with open(path, newline="", encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            if row["state"].strip() != IDLE_STATE_USED:
+                continue
+            name = row["gpu"].strip()
+            if name in out:
+                raise ValueError(f"{path.name}: {name!r} listed twice")
+            out[name] = (float(row["idle_w"]), f"{row['source'].strip()} ({row['note'].strip()})")
+    return out
+
+
+def gpu_entry(row: dict[str, str], idle: dict[str, tuple[float, str]] | None = None) -> dict[str, Any]:
     """One catalog GPU: the feature-relevant spec plus the remaining facts and the row's sources."""
     derived: list[str] = []
+    idle_w, idle_src = (idle or {}).get(row["name"], (None, None))
     fp16 = _num(row["fp16_tensor_tflops_dense"])
     if fp16 is None and row["architecture"] == "Pascal":
         fp16 = 2.0 * float(row["fp32_tflops"])
@@ -65,8 +86,8 @@ def gpu_entry(row: dict[str, str]) -> dict[str, Any]:
         "transistors_million": _num(row["transistors_million"]),
         "l2_cache_mb": _num(row["l2_cache_mb"]),
         "sm_count": _int(row["sm_count"]),
-        "idle_power_w": None,
-        "idle_power_source": None,
+        "idle_power_w": idle_w,
+        "idle_power_source": idle_src,
         "source": f"data/catalog/{GPU_TABLE}",
     }
     facts = {k: row[k] for k in GPU_FACT_COLUMNS if row.get(k)}
@@ -146,8 +167,12 @@ def llm_entry(row: dict[str, str], paper: dict[str, dict[str, str]]) -> dict[str
 
 def build_specs(catalog_dir: Path, paper_dir: Path) -> dict[str, Any]:
     """The whole catalog as a JSON-ready dict (deterministic order)."""
+    idle = read_idle_table(catalog_dir / IDLE_TABLE)
     with open(catalog_dir / GPU_TABLE, newline="", encoding="utf-8") as f:
-        gpus = [gpu_entry(r) for r in csv.DictReader(f)]
+        gpus = [gpu_entry(r, idle) for r in csv.DictReader(f)]
+    unknown = sorted(set(idle) - {g["name"] for g in gpus})
+    if unknown:
+        raise ValueError(f"{IDLE_TABLE}: GPUs not in {GPU_TABLE}: {unknown}")
     with open(paper_dir / PAPER_MODELS, newline="", encoding="utf-8") as f:
         paper = {r["model_name"]: r for r in csv.DictReader(f, delimiter=";")}
     with open(catalog_dir / LLM_TABLE, newline="", encoding="utf-8") as f:
@@ -163,6 +188,7 @@ def build_specs(catalog_dir: Path, paper_dir: Path) -> dict[str, Any]:
         "sources": {
             "gpus": f"data/catalog/{GPU_TABLE}: NVIDIA datasheets and TechPowerUp, cross-checked (data/catalog/README.md)",
             "llms": f"data/catalog/{LLM_TABLE}: Hugging Face config.json copies, per-row source in facts.source",
+            "idle_power": f"data/catalog/{IDLE_TABLE}: measured idle power with a model loaded, per-row source",
             "paper_models": f"data/paper/{PAPER_MODELS}: github:maufadel/wattgpu@4e010359c167ac8c65b55aabd1aafbf765ae5d91",
         },
         "gpus": gpus,

@@ -86,7 +86,7 @@ def _write(out: Path, name: str, text: str) -> Path:
 
 
 @main.command("evaluate")
-@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=REPO / "reports", show_default=True)
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=Path("reports"), show_default=True)
 @click.option("--data-dir", type=click.Path(path_type=Path, exists=True), default=DEFAULT_DATA, show_default=True)
 @click.option("--specs", type=click.Path(path_type=Path, exists=True), default=DEFAULT_SPECS, show_default=True)
 @click.option("--quick", is_flag=True, help="Smoke run for CI: fewer trees and CV folds (figures not meaningful).")
@@ -116,7 +116,7 @@ def evaluate_cmd(out: Path, data_dir: Path, specs: Path, quick: bool, jobs: int)
 @main.command("reproduce-paper")
 @click.option("--watt-counts", type=click.Path(path_type=Path, exists=True, dir_okay=False), required=True,
               help="The paper's watt_counts_subset.csv, unchanged.")
-@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=REPO / "reports", show_default=True)
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=Path("reports"), show_default=True)
 @click.option("--data-dir", type=click.Path(path_type=Path, exists=True), default=DEFAULT_DATA, show_default=True)
 @click.option("--specs", type=click.Path(path_type=Path, exists=True), default=DEFAULT_SPECS, show_default=True)
 @click.option("--quick", is_flag=True, help="Smoke run: fewer trees and CV folds.")

@@ -1,0 +1,55 @@
+"""Energy, cost and carbon per token and per request: the one place these formulas live.
+
+    J/token        = mean power (W) × wall seconds per generated token of the whole GPU
+    Wh/request     = J/token × output tokens / 3600
+    kWh/Mtok       = J/token × 1e6 / 3.6e6 = J/token / 3.6            (GPU energy only)
+    $/Mtok         = kWh/Mtok × PUE × price ($/kWh)
+    gCO2e/Mtok     = kWh/Mtok × PUE × grid intensity (gCO2e/kWh)
+
+PUE (power usage effectiveness, ≥ 1) scales GPU energy to facility energy for cost and carbon only.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .errors import WattGPUError
+
+J_PER_KWH = 3.6e6
+J_PER_WH = 3600.0
+
+
+def _check(name: str, value: float | None, lo: float, hi: float) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not lo <= value <= hi:
+        raise WattGPUError(f"{name} = {value!r} is invalid; expected a finite number in [{lo:g}, {hi:g}]")
+
+
+def check_prices(usd_per_kwh: float | None, gco2_per_kwh: float | None, pue: float) -> None:
+    """Validate the cost/carbon inputs (one-line WattGPUError naming the bad one)."""
+    _check("usd_per_kwh", usd_per_kwh, 0.0, 100.0)
+    _check("gco2_per_kwh", gco2_per_kwh, 0.0, 5000.0)
+    _check("pue", pue, 1.0, 5.0)
+
+
+def energy_figures(power_w: float, s_per_token: float, output_tokens: int, usd_per_kwh: float | None = None,
+                   gco2_per_kwh: float | None = None, pue: float = 1.0) -> dict[str, Any]:
+    """Energy per token/request, kWh per million tokens and (when priced) $ and gCO2e per million tokens.
+
+    Keys: ``j_per_token``, ``j_per_request``, ``wh_per_request``, ``kwh_per_mtok``, ``usd_per_mtok``,
+    ``gco2_per_mtok`` (the last two None unless a price/intensity is given), ``pue``.
+    """
+    check_prices(usd_per_kwh, gco2_per_kwh, pue)
+    j_tok = power_w * s_per_token
+    kwh_mtok = j_tok * 1e6 / J_PER_KWH
+    return {
+        "j_per_token": j_tok,
+        "j_per_request": j_tok * output_tokens,
+        "wh_per_request": j_tok * output_tokens / J_PER_WH,
+        "kwh_per_mtok": kwh_mtok,
+        "usd_per_mtok": None if usd_per_kwh is None else kwh_mtok * pue * usd_per_kwh,
+        "gco2_per_mtok": None if gco2_per_kwh is None else kwh_mtok * pue * gco2_per_kwh,
+        "pue": pue,
+    }

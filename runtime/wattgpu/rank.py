@@ -1,0 +1,216 @@
+"""Rank GPUs for serving one LLM: which ones hold it, which meet a latency SLA, which use least energy.
+
+Every GPU is predicted in one vectorised pass (:meth:`Predictor.predict_specs_safe`); GPUs that cannot
+hold the model or miss the SLA are listed separately with the reason.
+
+``RankResult.to_dict()`` keys (stable):
+
+- ``llm``, ``workload`` (the Workload fields), ``sort`` (``energy`` | ``power`` | ``itl``),
+  ``max_itl_ms`` (null = no SLA), ``strict``, ``sla_basis`` (``point`` or the interval bound used),
+  ``usd_per_kwh``, ``gco2_per_kwh``, ``pue``, ``best`` (GPU name of the first candidate or null);
+- ``candidates``: list, best first, of entries with ``rank``, ``gpu``, ``power_w``, ``itl_ms``,
+  ``itl_sla_ms`` (the ITL figure compared with the SLA), ``throughput_tok_s``, ``effective_batch``,
+  ``busy_fraction``, ``energy`` (``j_per_token``, ``j_per_request``, ``wh_per_request``,
+  ``kwh_per_mtok``, ``usd_per_mtok``, ``gco2_per_mtok``, ``pue``), ``power_intervals`` and
+  ``itl_ms_intervals`` ({"80": [low, high], "95": [...]}), ``baselines``, ``power_method``,
+  ``idle_power_w``, ``idle_power_source``, ``warnings``;
+- ``excluded``: list of ``gpu``, ``reason_kind`` (``does_not_fit`` | ``misses_sla`` | ``unsupported`` |
+  ``error``), ``reason`` (one line) and ``prediction`` (the entry as above for SLA misses, else null).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+from .errors import ModelFitError, UnsupportedModelError, WattGPUError
+from .energy import check_prices
+from .prediction import Prediction
+from .workload import Workload
+
+SORT_KEYS = ("energy", "power", "itl")
+_EXCLUDE_ORDER = {"misses_sla": 0, "does_not_fit": 1, "unsupported": 2, "error": 3}
+
+
+@dataclass(frozen=True)
+class RankEntry:
+    """One GPU's predicted operating point for the ranked LLM and workload."""
+
+    gpu: str
+    power_w: float
+    itl_s: float
+    itl_sla_s: float
+    throughput_tok_s: float
+    effective_batch: float
+    busy_fraction: float
+    energy: Mapping[str, Any]
+    power_method: str
+    idle_power_w: float | None
+    idle_power_source: str | None
+    power_intervals: Mapping[str, tuple[float, float]]
+    itl_intervals: Mapping[str, tuple[float, float]]
+    baselines: Mapping[str, float]
+    warnings: tuple[str, ...]
+
+    @property
+    def j_per_token(self) -> float:
+        return float(self.energy["j_per_token"])
+
+    def to_dict(self, rank: int | None = None) -> dict[str, Any]:
+        out: dict[str, Any] = {} if rank is None else {"rank": rank}
+        out.update({
+            "gpu": self.gpu, "power_w": self.power_w, "itl_ms": self.itl_s * 1e3, "itl_sla_ms": self.itl_sla_s * 1e3,
+            "throughput_tok_s": self.throughput_tok_s, "effective_batch": self.effective_batch,
+            "busy_fraction": self.busy_fraction, "energy": dict(self.energy), "power_method": self.power_method,
+            "idle_power_w": self.idle_power_w, "idle_power_source": self.idle_power_source,
+            "power_intervals": {k: list(v) for k, v in self.power_intervals.items()},
+            "itl_ms_intervals": {k: [v[0] * 1e3, v[1] * 1e3] for k, v in self.itl_intervals.items()},
+            "baselines": dict(self.baselines), "warnings": list(self.warnings),
+        })
+        return out
+
+
+@dataclass(frozen=True)
+class Excluded:
+    """A GPU left out of the ranking, and why."""
+
+    gpu: str
+    reason_kind: str
+    reason: str
+    entry: RankEntry | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"gpu": self.gpu, "reason_kind": self.reason_kind, "reason": self.reason,
+                "prediction": None if self.entry is None else self.entry.to_dict()}
+
+
+@dataclass(frozen=True)
+class RankResult:
+    """Candidates (best first) and excluded GPUs for one LLM and workload."""
+
+    llm: str
+    workload: Workload
+    sort: str
+    max_itl_ms: float | None
+    strict: bool
+    sla_basis: str
+    usd_per_kwh: float | None
+    gco2_per_kwh: float | None
+    pue: float
+    candidates: tuple[RankEntry, ...] = ()
+    excluded: tuple[Excluded, ...] = field(default_factory=tuple)
+
+    @property
+    def best(self) -> RankEntry | None:
+        return self.candidates[0] if self.candidates else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "llm": self.llm, "workload": self.workload.to_dict(), "sort": self.sort, "max_itl_ms": self.max_itl_ms,
+            "strict": self.strict, "sla_basis": self.sla_basis, "usd_per_kwh": self.usd_per_kwh,
+            "gco2_per_kwh": self.gco2_per_kwh, "pue": self.pue,
+            "best": self.best.gpu if self.best else None,
+            "candidates": [c.to_dict(rank=i + 1) for i, c in enumerate(self.candidates)],
+            "excluded": [e.to_dict() for e in self.excluded],
+        }
+
+
+def sla_itl(p: Prediction, strict: bool) -> tuple[float, str]:
+    """The ITL compared with the SLA: the point prediction, or with ``strict`` the upper bound of the
+    95 % interval if the models carry one, else of the 80 % interval, else the point."""
+    if strict:
+        for level in (0.95, 0.8):
+            for iv in p.itl_intervals:
+                if math.isclose(iv.level, level):
+                    return iv.high, f"upper bound of the {int(round(level * 100))}% interval"
+    return p.itl_s, "point prediction"
+
+
+def _entry(p: Prediction, strict: bool, prices: tuple[float | None, float | None, float]) -> RankEntry:
+    itl_sla, _ = sla_itl(p, strict)
+    return RankEntry(
+        gpu=p.gpu, power_w=p.power_w, itl_s=p.itl_s, itl_sla_s=itl_sla, throughput_tok_s=p.throughput_tok_s,
+        effective_batch=p.effective_batch, busy_fraction=p.busy_fraction, energy=p.energy(*prices),
+        power_method=p.power_method, idle_power_w=p.idle_power_w, idle_power_source=p.idle_power_source,
+        power_intervals={f"{int(round(i.level * 100))}": (i.low, i.high) for i in p.power_intervals},
+        itl_intervals={f"{int(round(i.level * 100))}": (i.low, i.high) for i in p.itl_intervals},
+        baselines=dict(p.baselines), warnings=p.warnings)
+
+
+def _sort_key(sort: str):
+    if sort == "energy":
+        return lambda e: (e.j_per_token, e.gpu)
+    if sort == "power":
+        return lambda e: (e.power_w, e.gpu)
+    return lambda e: (e.itl_s, e.gpu)
+
+
+def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None = None,
+         max_itl_ms: float | None = None, strict: bool = False, sort: str = "energy", predictor: Any = None,
+         usd_per_kwh: float | None = None, gco2_per_kwh: float | None = None, pue: float = 1.0) -> RankResult:
+    """Rank ``gpus`` (default: the whole catalog) for serving ``llm`` under ``workload``.
+
+    GPUs that cannot hold the model, or whose ITL exceeds ``max_itl_ms`` (the interval's upper bound
+    with ``strict``), are excluded with a one-line reason; the rest are sorted by ``sort``: energy per
+    token (default), mean power, or ITL. ``usd_per_kwh``/``gco2_per_kwh`` with ``pue`` add $ and gCO2e
+    per million tokens.
+    """
+    from .predictor import default_predictor
+
+    if sort not in SORT_KEYS:
+        raise WattGPUError(f"sort = {sort!r} is invalid; expected one of {', '.join(SORT_KEYS)}")
+    if max_itl_ms is not None and (isinstance(max_itl_ms, bool) or not isinstance(max_itl_ms, (int, float))
+                                   or not math.isfinite(max_itl_ms) or max_itl_ms <= 0):
+        raise WattGPUError(f"max_itl_ms = {max_itl_ms!r} is invalid; expected a positive number of milliseconds")
+    check_prices(usd_per_kwh, gco2_per_kwh, pue)
+    pred = predictor or default_predictor()
+    wl = workload or Workload()
+    spec = pred.resolve_llm(llm)
+    gpu_specs = list(pred.catalog.gpus) if gpus is None else _unique([pred.resolve_gpu(g) for g in gpus])
+    if not gpu_specs:
+        raise WattGPUError("gpus: the list is empty; name at least one GPU or leave it out for the whole catalog")
+    results = pred.predict_specs_safe([(g, spec, wl) for g in gpu_specs])
+    prices = (usd_per_kwh, gco2_per_kwh, pue)
+    candidates: list[RankEntry] = []
+    excluded: list[tuple[tuple[int, float, str], Excluded]] = []
+    basis = "point prediction"
+    for g, r in zip(gpu_specs, results):
+        if isinstance(r, WattGPUError):
+            kind, reason = _reason(r)
+            excluded.append(((_EXCLUDE_ORDER[kind], 0.0, g.name), Excluded(g.name, kind, reason)))
+            continue
+        entry = _entry(r, strict, prices)
+        _, basis_r = sla_itl(r, strict)
+        basis = basis_r if strict else basis
+        if max_itl_ms is not None and entry.itl_sla_s * 1e3 > max_itl_ms:
+            what = "predicted ITL" if not strict else f"ITL ({basis_r})"
+            reason = f"misses SLA: {what} {entry.itl_sla_s * 1e3:.1f} ms > {max_itl_ms:g} ms"
+            excluded.append(((0, entry.itl_sla_s, g.name), Excluded(g.name, "misses_sla", reason, entry)))
+            continue
+        candidates.append(entry)
+    candidates.sort(key=_sort_key(sort))
+    excluded.sort(key=lambda t: t[0])
+    return RankResult(llm=spec.name, workload=wl, sort=sort, max_itl_ms=None if max_itl_ms is None else float(max_itl_ms),
+                      strict=strict, sla_basis=basis, usd_per_kwh=usd_per_kwh, gco2_per_kwh=gco2_per_kwh, pue=pue,
+                      candidates=tuple(candidates), excluded=tuple(e for _, e in excluded))
+
+
+def _reason(err: WattGPUError) -> tuple[str, str]:
+    if isinstance(err, ModelFitError):
+        need, have = getattr(err, "need_gb", None), getattr(err, "have_gb", None)
+        if need is not None and have is not None:
+            return "does_not_fit", f"does not fit: needs {need:.1f} GB, GPU has {have:.1f} GB usable"
+        return "does_not_fit", str(err)
+    if isinstance(err, UnsupportedModelError):
+        return "unsupported", str(err)
+    return "error", str(err)
+
+
+def _unique(specs: Sequence[Any]) -> list[Any]:
+    seen: set[str] = set()
+    out = []
+    for s in specs:
+        if s.name not in seen:
+            seen.add(s.name)
+            out.append(s)
+    return out

@@ -1,0 +1,88 @@
+"""`wattgpu predict --input/--output`: many rows, vectorised, bad rows by line number."""
+import csv
+
+import pytest
+from click.testing import CliRunner
+
+import wattgpu
+from wattgpu.cli import main
+from wattgpu.predictor import Predictor
+
+LLM = "meta-llama/Llama-3.1-8B-Instruct"
+ROWS = [
+    "llm,gpu,workload,qps,output_tokens,note",
+    f"{LLM},NVIDIA A30,server,0.017,,a",
+    f"{LLM},NVIDIA Tesla T4,,,,b",
+    f"{LLM},Nope GPU,,,,c",
+    f"{LLM},NVIDIA L4,offline,,abc,d",
+    f"{LLM},NVIDIA L4,offline,,128,e",
+]
+
+
+def _write(tmp_path, lines):
+    p = tmp_path / "in.csv"
+    p.write_text("\n".join(lines) + "\n")
+    return p
+
+
+def _read(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_skip_reports_lines_and_writes_error_column(tmp_path):
+    src, dst = _write(tmp_path, ROWS), tmp_path / "out.csv"
+    r = CliRunner().invoke(main, ["predict", "--input", str(src), "--output", str(dst)])
+    assert r.exit_code == 0, r.output
+    for line in (3, 4, 5):
+        assert f"error: line {line}:" in r.stderr
+    out = _read(dst)
+    assert [row["note"] for row in out] == ["a", "b", "c", "d", "e"]
+    assert out[0]["error"] == "" and out[4]["error"] == ""
+    assert "does not fit" in out[1]["error"] and "Unknown GPU" in out[2]["error"] and "output_tokens" in out[3]["error"]
+    # same numbers as the API
+    api = wattgpu.predict(LLM, "NVIDIA A30", kind="server", qps=0.017)
+    assert float(out[0]["power_w"]) == pytest.approx(api.power_w)
+    assert float(out[0]["kwh_per_mtok"]) == pytest.approx(api.energy_per_token_j / 3.6)
+    api_l4 = wattgpu.predict(LLM, "NVIDIA L4", output_tokens=128)
+    assert float(out[4]["itl_s"]) == pytest.approx(api_l4.itl_s)
+
+
+def test_stop_exits_2_naming_the_line(tmp_path):
+    src, dst = _write(tmp_path, ROWS), tmp_path / "out.csv"
+    r = CliRunner().invoke(main, ["predict", "--input", str(src), "--output", str(dst), "--on-error", "stop"])
+    assert r.exit_code == 2
+    assert r.stderr.startswith("error: line 3:") and r.stderr.count("\n") == 1
+    assert not dst.exists()
+
+
+def test_bad_invocations(tmp_path):
+    src = _write(tmp_path, ROWS)
+    r = CliRunner().invoke(main, ["predict", "--input", str(src)])
+    assert r.exit_code == 2 and "--output" in r.stderr
+    nohead = _write(tmp_path, ["a,b", "1,2"])
+    r = CliRunner().invoke(main, ["predict", "--input", str(nohead), "--output", str(tmp_path / "o.csv")])
+    assert r.exit_code == 2 and "llm and gpu" in r.stderr
+    r = CliRunner().invoke(main, ["predict", "--input", str(tmp_path / "missing.csv"), "--output", str(tmp_path / "o.csv")])
+    assert r.exit_code == 2
+
+
+def test_thousands_of_rows_in_one_vectorised_pass(tmp_path, monkeypatch):
+    gpus = ["NVIDIA A30", "NVIDIA L4", "NVIDIA A100 SXM4 80GB", "NVIDIA H100 SXM5 80GB"]
+    lines = ["llm,gpu,max_batch,input_tokens"] + [f"{LLM},{gpus[i % 4]},{1 + i % 64},{128 + i % 900}" for i in range(3000)]
+    src, dst = _write(tmp_path, lines), tmp_path / "out.csv"
+    calls = []
+    orig = Predictor._evaluate
+
+    def counting(self, cols):
+        calls.append(len(cols["eff_batch"]))
+        return orig(self, cols)
+
+    monkeypatch.setattr(Predictor, "_evaluate", counting)
+    from wattgpu.batch import predict_csv
+
+    n_ok, n_bad = predict_csv(str(src), str(dst), predictor=Predictor())
+    assert (n_ok, n_bad) == (3000, 0)
+    assert calls == [3000]  # one onnxruntime pass for all rows (chunk size 4096)
+    out = _read(dst)
+    assert len(out) == 3000 and all(float(r["power_w"]) > 0 for r in out)

@@ -1,0 +1,155 @@
+"""wattgpu.rank and `wattgpu rank`: structure, ordering, exclusions and CLI/API agreement.
+
+No predicted number is hard-coded: the models may be re-exported. Assertions are relations."""
+import json
+from dataclasses import replace
+
+import pytest
+from click.testing import CliRunner
+
+import wattgpu
+from wattgpu import Workload, rank
+from wattgpu.cli import main
+from wattgpu.errors import ModelFitError, WattGPUError
+from wattgpu.predictor import Predictor, default_predictor
+from wattgpu.prediction import Prediction
+
+LLM = "meta-llama/Llama-3.1-8B-Instruct"
+SERVER = Workload(kind="server", qps=0.017)
+EXAMPLE = ["rank", "--llm", LLM, "--workload", "server", "--qps", "0.017", "--max-itl-ms", "50", "--json"]
+
+
+@pytest.fixture(scope="module")
+def example():
+    return rank(LLM, SERVER, max_itl_ms=50)
+
+
+def test_example_splits_the_whole_catalog(example):
+    names = [c.gpu for c in example.candidates] + [e.gpu for e in example.excluded]
+    assert sorted(names) == sorted(g.name for g in default_predictor().catalog.gpus)
+    assert example.candidates, "some GPU must hold an 8B model and meet 50 ms"
+    assert example.best is example.candidates[0]
+
+
+def test_candidates_sorted_by_energy_and_meet_sla(example):
+    e = [c.j_per_token for c in example.candidates]
+    assert e == sorted(e)
+    assert all(c.itl_s * 1e3 <= 50 for c in example.candidates)
+    for c in example.candidates:
+        assert c.energy["kwh_per_mtok"] == pytest.approx(c.j_per_token / 3.6)
+        assert c.energy["wh_per_request"] == pytest.approx(c.j_per_token * 256 / 3600)
+        assert c.busy_fraction < 1 and c.power_method.startswith("server mix")
+        assert c.idle_power_w is not None and c.idle_power_source.split(":")[0] in ("measured", "estimated")
+
+
+def test_excluded_have_reasons(example):
+    kinds = {e.reason_kind for e in example.excluded}
+    assert kinds <= {"does_not_fit", "misses_sla", "unsupported", "error"}
+    for e in example.excluded:
+        if e.reason_kind == "does_not_fit":
+            assert e.reason.startswith("does not fit: needs ") and " GB, GPU has " in e.reason
+            assert e.entry is None
+        elif e.reason_kind == "misses_sla":
+            assert e.reason.startswith("misses SLA: predicted ITL ") and e.reason.endswith("> 50 ms")
+            assert e.entry.itl_s * 1e3 > 50
+    # 16 GB GPUs cannot hold 16 GB of bf16 weights plus a sequence
+    t4 = [e for e in example.excluded if e.gpu == "NVIDIA Tesla T4"]
+    assert t4 and t4[0].reason_kind == "does_not_fit"
+
+
+def test_to_dict_is_json_and_stable(example):
+    d = json.loads(json.dumps(example.to_dict()))
+    assert set(d) == {"llm", "workload", "sort", "max_itl_ms", "strict", "sla_basis", "usd_per_kwh", "gco2_per_kwh",
+                      "pue", "best", "candidates", "excluded"}
+    c = d["candidates"][0]
+    assert c["rank"] == 1 and c["gpu"] == d["best"]
+    assert {"power_w", "itl_ms", "itl_sla_ms", "throughput_tok_s", "energy", "power_intervals", "itl_ms_intervals",
+            "baselines", "warnings", "power_method", "idle_power_w", "idle_power_source"} <= set(c)
+    assert set(c["energy"]) == {"j_per_token", "j_per_request", "wh_per_request", "kwh_per_mtok", "usd_per_mtok",
+                                "gco2_per_mtok", "pue"}
+    assert set(d["excluded"][0]) == {"gpu", "reason_kind", "reason", "prediction"}
+
+
+def test_cli_json_matches_api(example):
+    res = CliRunner().invoke(main, EXAMPLE)
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout) == json.loads(json.dumps(example.to_dict()))
+
+
+def test_cli_table_and_bad_input():
+    r = CliRunner().invoke(main, EXAMPLE[:-1])
+    assert r.exit_code == 0 and "excluded:" in r.stdout and "does not fit" in r.stdout
+    bad = CliRunner().invoke(main, ["rank", "--llm", LLM, "--gpus", "NVIDIA A30,Nope GPU"])
+    assert bad.exit_code == 2 and bad.stderr.count("\n") == 1 and "Unknown GPU" in bad.stderr
+    neg = CliRunner().invoke(main, ["rank", "--llm", LLM, "--max-itl-ms", "-3"])
+    assert neg.exit_code == 2 and "max_itl_ms" in neg.stderr
+
+
+def test_strict_uses_interval_upper_bound(example):
+    strict = rank(LLM, SERVER, max_itl_ms=50, strict=True)
+    assert {c.gpu for c in strict.candidates} <= {c.gpu for c in example.candidates}
+    for c in strict.candidates:
+        bound = c.itl_intervals.get("95", c.itl_intervals.get("80", (c.itl_s, c.itl_s)))[1]
+        assert c.itl_sla_s == pytest.approx(bound) and c.itl_sla_s >= c.itl_s and c.itl_sla_s * 1e3 <= 50
+    assert strict.sla_basis != "point prediction" or not default_predictor().schema.intervals
+
+
+@pytest.mark.parametrize("key,attr", [("power", "power_w"), ("itl", "itl_s")])
+def test_other_sort_orders(key, attr):
+    r = rank(LLM, Workload(), gpus=["NVIDIA A30", "NVIDIA L4", "NVIDIA H100 SXM5 80GB", "NVIDIA A100 SXM4 80GB"], sort=key)
+    values = [getattr(c, attr) for c in r.candidates]
+    assert values == sorted(values) and len(values) == 4
+
+
+def test_cost_and_carbon(example):
+    r = rank(LLM, SERVER, gpus=["NVIDIA A30", "NVIDIA H100 SXM5 80GB"], usd_per_kwh=0.2, gco2_per_kwh=300, pue=1.3)
+    for c in r.candidates:
+        assert c.energy["usd_per_mtok"] == pytest.approx(c.energy["kwh_per_mtok"] * 1.3 * 0.2)
+        assert c.energy["gco2_per_mtok"] == pytest.approx(c.energy["kwh_per_mtok"] * 1.3 * 300)
+    # same GPU, same numbers as in the whole-catalog pass
+    a30 = {c.gpu: c for c in example.candidates}["NVIDIA A30"]
+    assert {c.gpu: c for c in r.candidates}["NVIDIA A30"].power_w == pytest.approx(a30.power_w)
+
+
+def test_predict_specs_safe_returns_per_row_errors():
+    p = default_predictor()
+    llm = p.resolve_llm(LLM)
+    rows = [(p.resolve_gpu(g), llm, Workload()) for g in ("NVIDIA A30", "NVIDIA Tesla T4", "NVIDIA L4")]
+    out = p.predict_specs_safe(rows)
+    assert isinstance(out[0], Prediction) and isinstance(out[2], Prediction)
+    assert isinstance(out[1], ModelFitError) and "does not fit" in str(out[1])
+    with pytest.raises(ModelFitError):
+        p.predict_specs(rows)
+    # the good rows get the same numbers alone as next to a bad row
+    alone = p.predict_specs([rows[0]])[0]
+    assert alone.power_w == pytest.approx(out[0].power_w) and alone.itl_s == pytest.approx(out[0].itl_s)
+
+
+def test_idle_source_measured_vs_estimated():
+    h200 = wattgpu.predict(LLM, "NVIDIA H200 SXM 141GB", SERVER)
+    a30 = wattgpu.predict(LLM, "NVIDIA A30", SERVER)
+    assert h200.idle_power_source.startswith("measured:") and h200.idle_power_w == 80.3
+    assert a30.idle_power_source.startswith("estimated:") and a30.idle_power_w == pytest.approx(0.15 * 165)
+    assert not any("estimated as" in w for w in h200.warnings)
+    assert any("estimated as" in w for w in a30.warnings)
+    for p in (h200, a30):
+        assert p.power_w >= p.idle_power_w
+        # server throughput is the offered load: qps × output tokens
+        assert p.throughput_tok_s == pytest.approx(0.017 * 256)
+
+
+def test_learned_server_path_is_kept():
+    p = Predictor()
+    p._schema = replace(p.schema, domain={**p.schema.domain, "kinds": [*p.schema.domain["kinds"], "server"]})
+    out = p.predict(LLM, "NVIDIA A30", SERVER)
+    assert out.power_method == "learned (server rows in training)"
+    assert out.idle_power_w is None
+
+
+def test_rank_rejects_bad_arguments():
+    with pytest.raises(WattGPUError):
+        rank(LLM, sort="cost")
+    with pytest.raises(WattGPUError):
+        rank(LLM, gpus=[])
+    with pytest.raises(WattGPUError):
+        rank(LLM, pue=0.5)

@@ -161,7 +161,7 @@ class GpuSpec:
         missing = [f.name for f in fields(cls) if f.name not in data and f.default is dataclass_missing()]
         if missing:
             raise SpecValidationError(entity, missing[0], None, f"a value (required GPU fields: {', '.join(missing)})")
-        return cls(**dict(data))
+        return _with_entity(cls, data, entity, "GPU")
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -265,10 +265,20 @@ class LlmSpec:
         missing = [f.name for f in fields(cls) if f.name not in data and f.default is dataclass_missing()]
         if missing:
             raise SpecValidationError(entity, missing[0], None, f"a value (required LLM fields: {', '.join(missing)})")
-        return cls(**dict(data))
+        return _with_entity(cls, data, entity, "LLM")
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def _with_entity(cls: Any, data: Mapping[str, Any], entity: str, default: str) -> Any:
+    """Construct ``cls`` from ``data``; a field error keeps saying where the data came from (e.g. the file)."""
+    try:
+        return cls(**dict(data))
+    except SpecValidationError as exc:
+        if entity == default or exc.entity == entity:
+            raise
+        raise SpecValidationError(f"{entity} ({exc.entity})", exc.field, exc.value, exc.expected) from None
 
 
 def dataclass_missing() -> Any:

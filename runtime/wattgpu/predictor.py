@@ -204,20 +204,33 @@ class Predictor:
         mean power = idle + busy fraction × (busy power − idle)."""
         qps = np.array([w.qps for _, _, w in triples], dtype=np.float64)
         out_tok = np.array([w.output_tokens for _, _, w in triples], dtype=np.float64)
-        conc = np.ones(len(triples))
+        # Each row iterates until it converges itself and is then frozen, so a row's result does not
+        # depend on which other rows share the batch (bit-identical to predicting it alone).
+        n = len(triples)
+        conc = np.ones(n)
+        done = np.zeros(n, dtype=bool)
+        res = {"power": np.zeros(n), "itl": np.zeros(n)}
+        batch, request_s = np.ones(n), np.zeros(n)
         for _ in range(SERVER_FIXED_POINT_ITERS):
             busy = 1.0 - np.exp(-conc)
-            batch = np.maximum(conc / np.maximum(busy, 1e-9), 1.0)
-            wl = [replace(w, kind="closed_loop", qps=None, concurrency=float(b)) for (_, _, w), b in zip(triples, batch)]
+            step_batch = np.maximum(conc / np.maximum(busy, 1e-9), 1.0)
+            wl = [replace(w, kind="closed_loop", qps=None, concurrency=float(b))
+                  for (_, _, w), b in zip(triples, step_batch)]
             cols = F.columns([(g, m, x) for (g, m, _), x in zip(triples, wl)])
-            res = self._evaluate(cols)
+            step = self._evaluate(cols)
             prefill = physics.compute_latency_s(cols["llm_active_params_b"], cols["gpu_fp16_tflops"]) * cols["wl_input_tokens"]
-            request_s = prefill + out_tok * res["itl"]
-            new = qps * request_s
-            if np.allclose(new, conc, rtol=1e-6, atol=1e-9):
-                conc = new
+            step_request_s = prefill + out_tok * step["itl"]
+            new = qps * step_request_s
+            active = ~done
+            for key in res:
+                res[key] = np.where(active, step[key], res[key])
+            batch = np.where(active, step_batch, batch)
+            request_s = np.where(active, step_request_s, request_s)
+            converged = active & np.isclose(new, conc, rtol=1e-6, atol=1e-9)
+            conc = np.where(converged, new, np.where(active, 0.5 * conc + 0.5 * new, conc))
+            done |= converged
+            if done.all():
                 break
-            conc = 0.5 * conc + 0.5 * new
         busy = 1.0 - np.exp(-conc)
         idle = np.array([g.idle_power_w if g.idle_power_w is not None else IDLE_FRACTION_OF_TDP * g.tdp_w
                          for g, _, _ in triples])

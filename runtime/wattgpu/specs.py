@@ -122,8 +122,10 @@ class GpuSpec:
 
     def __post_init__(self) -> None:
         entity = f"GPU {self.name!r}"
-        if not isinstance(self.name, str) or not self.name.strip() or len(self.name) > 500:
-            raise SpecValidationError("GPU", "name", self.name, "a non-empty string of at most 500 characters")
+        if not isinstance(self.name, str) or not self.name.strip() or len(self.name) > 500 \
+                or not self.name.isprintable():
+            raise SpecValidationError("GPU", "name", self.name,
+                                      "a non-empty string of at most 500 printable characters (no newlines)")
         for fname, (lo, hi, unit) in GPU_RANGES.items():
             value = getattr(self, fname)
             if value is None and fname in GPU_OPTIONAL:
@@ -199,8 +201,10 @@ class LlmSpec:
 
     def __post_init__(self) -> None:
         entity = f"LLM {self.name!r}"
-        if not isinstance(self.name, str) or not self.name.strip() or len(self.name) > 500:
-            raise SpecValidationError("LLM", "name", self.name, "a non-empty string of at most 500 characters")
+        if not isinstance(self.name, str) or not self.name.strip() or len(self.name) > 500 \
+                or not self.name.isprintable():
+            raise SpecValidationError("LLM", "name", self.name,
+                                      "a non-empty string of at most 500 printable characters (no newlines)")
         if self.head_dim == 0 and isinstance(self.hidden_size, int) and isinstance(self.num_attention_heads, int) \
                 and self.num_attention_heads > 0:
             if self.hidden_size % self.num_attention_heads:

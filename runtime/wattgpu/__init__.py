@@ -32,7 +32,7 @@ def predict(llm: Any, gpu: Any, workload: Workload | None = None, **workload_fie
     if workload_fields:
         if workload is not None:
             raise WattGPUError("workload: pass either a Workload or keyword fields, not both")
-        workload = Workload(**workload_fields)
+        workload = Workload.from_dict(workload_fields)
     return default_predictor().predict(llm, gpu, workload)
 
 

@@ -12,7 +12,8 @@ from .workload import ENGINES, KINDS, Workload
 
 
 def _fail(exc: Exception, code: int = 2) -> None:
-    click.echo(f"error: {exc}", err=True)
+    one_line = str(exc).replace("\r", "\\r").replace("\n", "\\n")  # names from files may hold newlines
+    click.echo(f"error: {one_line}", err=True)
     sys.exit(code)
 
 
@@ -63,7 +64,28 @@ def _fmt_interval(intervals: dict[str, list[float]], scale: float, fmt: str) -> 
     return f"  (80%: {format(lo * scale, fmt)}–{format(hi * scale, fmt)})"
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())  # click >= 8.2
+
+
+class _OneLineErrors(click.Group):
+    """Click's own usage errors (unknown option, bad number, missing --gpu) as one ``error:`` line, status 2."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["standalone_mode"] = False
+        try:
+            rc = super().main(*args, **kwargs)
+        except _NO_ARGS_IS_HELP as exc:  # bare `wattgpu`: show the help, as click < 8.2 did
+            click.echo(exc.format_message())
+            sys.exit(0)
+        except click.ClickException as exc:
+            click.echo(f"error: {' '.join(exc.format_message().split())}", err=True)
+            sys.exit(exc.exit_code)
+        except click.exceptions.Abort:
+            sys.exit(130)
+        sys.exit(rc if isinstance(rc, int) else 0)
+
+
+@click.group(cls=_OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="wattgpu")
 def main() -> None:
     """Predict mean GPU power and inter-token latency of serving an LLM on an NVIDIA GPU."""

@@ -19,8 +19,14 @@ class UnknownEntityError(WattGPUError, LookupError):
         hint = f" Did you mean: {', '.join(self.suggestions)}?" if self.suggestions else ""
         listing = "gpus" if kind == "GPU" else "llms"
         super().__init__(
-            f"Unknown {kind} {name!r}.{hint} (list them with `wattgpu {listing}`, or pass a JSON/config file path)"
+            f"Unknown {kind} {_short(name)}.{hint} (list them with `wattgpu {listing}`, or pass a JSON/config file path)"
         )
+
+
+def _short(value: object, limit: int = 60) -> str:
+    """repr() of a user value, cut to ``limit`` characters so a hostile value cannot flood the message."""
+    shown = repr(value)
+    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
 
 
 class SpecValidationError(WattGPUError, ValueError):
@@ -28,10 +34,7 @@ class SpecValidationError(WattGPUError, ValueError):
 
     def __init__(self, entity: str, field: str, value: object, expected: str) -> None:
         self.entity, self.field, self.value, self.expected = entity, field, value, expected
-        shown = repr(value)
-        if len(shown) > 60:
-            shown = shown[:57] + "..."
-        super().__init__(f"{entity}: field '{field}' = {shown} is invalid; expected {expected}")
+        super().__init__(f"{entity}: field {_short(field)} = {_short(value)} is invalid; expected {expected}")
 
 
 class ConfigFileError(WattGPUError, ValueError):

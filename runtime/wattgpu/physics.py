@@ -5,6 +5,8 @@ training matrices. Units: bytes, seconds, watts; parameters in billions (``*_b``
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 KV_BYTES_PER_ELEMENT = 2.0  # fp16/bf16 KV cache (vLLM default "auto" for 16-bit models)
@@ -150,19 +152,24 @@ def server_power_mix(idle_w: np.ndarray, busy_power_w: np.ndarray, concurrency: 
     return idle + busy_fraction(concurrency) * np.maximum(np.asarray(busy_power_w, dtype=np.float64) - idle, 0.0)
 
 
-def solve_server_concurrency(qps: np.ndarray, request_time_s, iters: int = 60, rtol: float = 1e-6,
-                             damping: float = 0.5) -> tuple[np.ndarray, bool]:
+def solve_server_concurrency(qps: np.ndarray, request_time_s: Callable[[np.ndarray], np.ndarray], iters: int = 60,
+                             rtol: float = 1e-6, damping: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
     """Fixed point L = λ · T(L) of Little's law, where the per-request time T depends on the batch.
 
     ``request_time_s(L)`` maps an array of concurrencies to per-request times (prefill + output tokens ×
-    ITL at the busy batch). Damped iteration from L = λ·T(1); returns (L, converged). T grows with the
-    batch, so when λ is beyond capacity L diverges; the caller checks it against what memory allows.
+    ITL at the busy batch). Damped iteration from L = λ·T(1); returns (L, converged per row). Each row
+    stops when it converges and is frozen from then on, so its result does not depend on which other
+    rows share the batch. T grows with the batch, so when λ is beyond capacity L diverges; the caller
+    checks it against what memory allows.
     """
     qps = np.asarray(qps, dtype=np.float64)
     conc = littles_law_concurrency(qps, request_time_s(np.ones_like(qps)))
+    done = np.zeros(qps.shape, dtype=bool)
     for _ in range(iters):
         new = littles_law_concurrency(qps, request_time_s(conc))
-        if np.allclose(new, conc, rtol=rtol, atol=1e-9):
-            return new, True
-        conc = (1.0 - damping) * conc + damping * new
-    return conc, False
+        now = ~done & np.isclose(new, conc, rtol=rtol, atol=1e-9)
+        conc = np.where(now, new, np.where(done, conc, (1.0 - damping) * conc + damping * new))
+        done |= now
+        if done.all():
+            break
+    return conc, done

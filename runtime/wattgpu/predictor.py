@@ -89,7 +89,13 @@ class Predictor:
             else:
                 import json
 
-                self._catalog = Catalog.from_json(json.loads(self._dir.read(self.schema.catalog_file)))
+                raw = self._dir.read(self.schema.catalog_file)
+                try:
+                    data = json.loads(raw)
+                except ValueError as exc:
+                    raise ArtifactError(f"{self._dir.label(self.schema.catalog_file)}: not valid JSON ({exc}); "
+                                        "reinstall or re-export") from None
+                self._catalog = Catalog.from_json(data)
         return self._catalog
 
     def _session(self, target: str) -> Any:
@@ -130,7 +136,7 @@ class Predictor:
         if isinstance(gpu, os.PathLike) or (isinstance(gpu, str) and _looks_like_path(gpu)):
             from .safeio import read_json_file
 
-            data = read_json_file(gpu, what="GPU spec JSON", dir_file=None)
+            data = read_json_file(gpu, what="GPU spec", dir_file=None)
             return GpuSpec.from_dict(data, entity=f"GPU file {os.fspath(gpu)!r}")
         if not isinstance(gpu, str):
             raise WattGPUError(f"gpu: expected a catalog name, a JSON file path or a GpuSpec, got {type(gpu).__name__}")
@@ -151,11 +157,18 @@ class Predictor:
     # ---- prediction
     def predict(self, llm: Any, gpu: Any, workload: Workload | None = None) -> Prediction:
         """Predict one (LLM, GPU, workload)."""
-        return self.predict_specs([(self.resolve_gpu(gpu), self.resolve_llm(llm), workload or Workload())])[0]
+        return self.predict_specs([(self.resolve_gpu(gpu), self.resolve_llm(llm), _workload(workload))])[0]
 
     def predict_many(self, rows: Iterable[tuple[Any, Any, Workload | None]]) -> list[Prediction]:
         """Predict many (llm, gpu, workload) rows in one vectorised pass."""
-        triples = [(self.resolve_gpu(g), self.resolve_llm(m), w or Workload()) for m, g, w in rows]
+        if isinstance(rows, (str, bytes, Mapping)) or not isinstance(rows, Iterable):
+            raise WattGPUError(f"rows: expected an iterable of (llm, gpu, workload) tuples, got {type(rows).__name__}")
+        triples = []
+        for k, row in enumerate(rows):
+            if not isinstance(row, (tuple, list)) or len(row) != 3:
+                raise WattGPUError(f"rows[{k}]: expected an (llm, gpu, workload) tuple, got {_describe(row)}")
+            m, g, w = row
+            triples.append((self.resolve_gpu(g), self.resolve_llm(m), _workload(w)))
         return self.predict_specs(triples)
 
     def predict_specs(self, triples: Sequence[tuple[GpuSpec, LlmSpec, Workload]]) -> list[Prediction]:
@@ -172,6 +185,10 @@ class Predictor:
         together in one onnxruntime call per model."""
         if not triples:
             return []
+        for k, t in enumerate(triples):
+            if not (isinstance(t, (tuple, list)) and len(t) == 3 and isinstance(t[0], GpuSpec)
+                    and isinstance(t[1], LlmSpec) and isinstance(t[2], Workload)):
+                raise WattGPUError(f"triples[{k}]: expected a (GpuSpec, LlmSpec, Workload) tuple, got {_describe(t)}")
         server_learned = "server" in self.schema.domain.get("kinds", ())
         cols = F.columns(triples)
         results: list[Prediction | WattGPUError | None] = [_row_error(t, cols, i) for i, t in enumerate(triples)]
@@ -223,9 +240,9 @@ class Predictor:
             batch = physics.busy_batch(conc)
             wl = [replace(w, kind="closed_loop", qps=None, concurrency=float(b)) for (_, _, w), b in zip(triples, batch)]
             cols = F.columns([(g, m, x) for (g, m, _), x in zip(triples, wl)])
-            res = self._evaluate(cols)
+            step = self._evaluate(cols)
             prefill = physics.compute_latency_s(cols["llm_active_params_b"], cols["gpu_fp16_tflops"]) * cols["wl_input_tokens"]
-            state.update(res=res, batch=batch, request_s=prefill + out_tok * res["itl"])
+            state.update(res=step, batch=batch, request_s=prefill + out_tok * step["itl"])
             return state["request_s"]
 
         conc, converged = physics.solve_server_concurrency(qps, request_time, iters=SERVER_FIXED_POINT_ITERS)
@@ -237,7 +254,7 @@ class Predictor:
         return {k: {"power": float(power[k]), "itl": float(res["itl"][k]), "busy": float(busy[k]),
                     "busy_power": float(res["power"][k]), "concurrency": float(conc[k]), "batch": float(batch[k]),
                     "request_s": float(state["request_s"][k]), "idle_w": float(idle[k]), "idle_source": sources[k],
-                    "idle_estimated": triples[k][0].idle_power_w is None, "converged": converged}
+                    "idle_estimated": triples[k][0].idle_power_w is None, "converged": bool(converged[k])}
                 for k in range(len(triples))}
 
     def _assemble(self, i: int, triple: tuple[GpuSpec, LlmSpec, Workload], cols: F.Columns,
@@ -250,6 +267,7 @@ class Predictor:
         if base is None:
             base = memo[wkey] = tuple(domain_warnings(self.schema.domain, gpu, llm, wl))
         warnings = list(base)
+        warnings.extend(context_warnings(llm, wl))
         wl_dict = memo.get(id(wl))
         if wl_dict is None:
             wl_dict = memo[id(wl)] = wl.to_dict()
@@ -362,6 +380,29 @@ def domain_warnings(domain: Mapping[str, Any], gpu: GpuSpec, llm: LlmSpec, wl: W
     gpus = set(domain.get("gpus", ()))
     if gpus and gpu.name not in gpus:
         yield f"{gpu.name} was not measured in training (prediction from spec-sheet features)"
+
+
+def context_warnings(llm: LlmSpec, wl: Workload) -> Iterable[str]:
+    """A context beyond the model's trained positions is allowed (RoPE scaling can extend it) but flagged."""
+    if llm.max_position_embeddings and wl.context_tokens > llm.max_position_embeddings:
+        yield (f"context of {wl.context_tokens} tokens (input + output) exceeds {llm.name}'s "
+               f"max_position_embeddings {llm.max_position_embeddings}; engines refuse it unless the context "
+               "is extended (e.g. rope_scaling)")
+
+
+def _workload(w: Any) -> Workload:
+    if w is None:
+        return Workload()
+    if isinstance(w, Mapping):
+        return Workload.from_dict(w)
+    if not isinstance(w, Workload):
+        raise WattGPUError(f"workload: expected a Workload, a mapping of its fields or None, got {type(w).__name__}")
+    return w
+
+
+def _describe(value: Any) -> str:
+    shown = repr(value) if not isinstance(value, (str, bytes)) else type(value).__name__
+    return shown if len(shown) <= 60 else shown[:57] + "..."
 
 
 def _looks_like_path(text: str) -> bool:

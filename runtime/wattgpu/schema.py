@@ -74,9 +74,13 @@ class FeatureSchema:
                 models[target] = ModelSchema(target=target, file=m["file"], sha256=m["sha256"], features=feats,
                                              transform=m["transform"], unit=m["unit"],
                                              input_name=m.get("input_name", "input"))
+            for f in [m.file for m in models.values()] + [data["catalog"]["file"]]:
+                if not isinstance(f, str) or not f or "/" in f or "\\" in f or f in (".", ".."):
+                    raise ArtifactError(f"{origin}: artifact file name {f!r} must be a plain file name in the "
+                                        "models directory; re-export the models")
             return cls(schema_version=version, recipe=data["recipe"], models=models,
                        catalog_file=data["catalog"]["file"], catalog_sha256=data["catalog"]["sha256"],
                        training=data.get("training", {}), producer=data.get("producer", {}),
                        intervals=data.get("intervals", {}), domain=data.get("domain", {}))
-        except (KeyError, TypeError) as exc:
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
             raise ArtifactError(f"{origin}: missing or malformed entry {exc!s}; re-export the models") from None

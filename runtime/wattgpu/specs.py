@@ -61,6 +61,39 @@ def check_number(entity: str, name: str, value: Any, lo: float, hi: float, unit:
     return v
 
 
+def check_int(entity: str, name: str, value: Any, lo: float, hi: float, unit: str) -> int:
+    """Like :func:`check_number` but the value must also be a whole number (``7.0`` is accepted as 7)."""
+    v = check_number(entity, name, value, lo, hi, unit)
+    if v != int(v):
+        raise SpecValidationError(entity, name, value, f"an integer in [{lo:g}, {hi:g}] {unit}")
+    return int(v)
+
+
+def check_str(entity: str, name: str, value: Any, *, optional: bool = False, max_len: int = 500) -> str | None:
+    """A string of at most ``max_len`` characters (or None when ``optional``)."""
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or len(value) > max_len:
+        raise SpecValidationError(entity, name, value, f"a string of at most {max_len} characters"
+                                  + (" (or null)" if optional else ""))
+    return value
+
+
+def check_bool(entity: str, name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise SpecValidationError(entity, name, value, "true or false")
+    return value
+
+
+# GPU fields the features do not use but that must still be sane numbers when given (min, max, unit).
+GPU_EXTRA_RANGES: dict[str, tuple[float, float, str]] = {
+    "bf16_tflops": (0.1, 20000.0, "dense BF16 TFLOPS"),
+    "fp8_tflops": (0.1, 40000.0, "dense FP8 TFLOPS"),
+    "fp32_tflops": (0.01, 20000.0, "FP32 TFLOPS"),
+    "l2_cache_mb": (0.01, 4096.0, "MB"),
+}
+
+
 @dataclass(frozen=True)
 class GpuSpec:
     """Spec-sheet numbers of one GPU (per GPU, dense tensor rates, decimal GB/s)."""
@@ -89,14 +122,30 @@ class GpuSpec:
 
     def __post_init__(self) -> None:
         entity = f"GPU {self.name!r}"
-        if not isinstance(self.name, str) or not self.name.strip():
-            raise SpecValidationError("GPU", "name", self.name, "a non-empty string")
+        if not isinstance(self.name, str) or not self.name.strip() or len(self.name) > 500 \
+                or not self.name.isprintable():
+            raise SpecValidationError("GPU", "name", self.name,
+                                      "a non-empty string of at most 500 printable characters (no newlines)")
         for fname, (lo, hi, unit) in GPU_RANGES.items():
             value = getattr(self, fname)
             if value is None and fname in GPU_OPTIONAL:
                 continue
             object.__setattr__(self, fname, check_number(entity, fname, value, lo, hi, unit))
-        object.__setattr__(self, "release_year", int(self.release_year))
+        object.__setattr__(self, "release_year", check_int(entity, "release_year", self.release_year,
+                                                           *GPU_RANGES["release_year"]))
+        for fname, (lo, hi, unit) in GPU_EXTRA_RANGES.items():
+            if getattr(self, fname) is not None:
+                object.__setattr__(self, fname, check_number(entity, fname, getattr(self, fname), lo, hi, unit))
+        if self.sm_count is not None:
+            object.__setattr__(self, "sm_count", check_int(entity, "sm_count", self.sm_count, 1, 10_000, "SMs"))
+        for fname in ("architecture", "form_factor", "source"):
+            check_str(entity, fname, getattr(self, fname))
+        check_str(entity, "idle_power_source", self.idle_power_source, optional=True)
+        if isinstance(self.aliases, (str, bytes)) or not isinstance(self.aliases, (tuple, list)) \
+                or not all(isinstance(a, str) and a.strip() and len(a) <= 500 for a in self.aliases) \
+                or len(self.aliases) > 100:
+            raise SpecValidationError(entity, "aliases", self.aliases, "a list of at most 100 non-empty strings")
+        object.__setattr__(self, "aliases", tuple(self.aliases))
         if self.memory_type not in MEMORY_TYPES:
             raise SpecValidationError(entity, "memory_type", self.memory_type, f"one of {', '.join(MEMORY_TYPES)}")
         if self.base_clock_mhz and self.boost_clock_mhz and self.boost_clock_mhz < self.base_clock_mhz:
@@ -108,16 +157,13 @@ class GpuSpec:
         known = {f.name for f in fields(cls)}
         if not isinstance(data, Mapping):
             raise SpecValidationError(entity, "<root>", type(data).__name__, "a JSON object of GPU spec fields")
-        unknown = sorted(k for k in data if k not in known)
+        unknown = sorted((k for k in data if k not in known), key=str)
         if unknown:
             raise SpecValidationError(entity, unknown[0], data[unknown[0]], f"one of the GPU fields: {', '.join(sorted(known))}")
         missing = [f.name for f in fields(cls) if f.name not in data and f.default is dataclass_missing()]
         if missing:
             raise SpecValidationError(entity, missing[0], None, f"a value (required GPU fields: {', '.join(missing)})")
-        kwargs = dict(data)
-        if "aliases" in kwargs:
-            kwargs["aliases"] = tuple(kwargs["aliases"])
-        return cls(**kwargs)
+        return _with_entity(cls, data, entity, "GPU")
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -155,8 +201,10 @@ class LlmSpec:
 
     def __post_init__(self) -> None:
         entity = f"LLM {self.name!r}"
-        if not isinstance(self.name, str) or not self.name.strip():
-            raise SpecValidationError("LLM", "name", self.name, "a non-empty string")
+        if not isinstance(self.name, str) or not self.name.strip() or len(self.name) > 500 \
+                or not self.name.isprintable():
+            raise SpecValidationError("LLM", "name", self.name,
+                                      "a non-empty string of at most 500 printable characters (no newlines)")
         if self.head_dim == 0 and isinstance(self.hidden_size, int) and isinstance(self.num_attention_heads, int) \
                 and self.num_attention_heads > 0:
             if self.hidden_size % self.num_attention_heads:
@@ -181,8 +229,29 @@ class LlmSpec:
                                       f"at most total_params_b ({self.total_params_b})")
         if self.arch_class not in ARCH_CLASSES:
             raise SpecValidationError(entity, "arch_class", self.arch_class, f"one of {', '.join(ARCH_CLASSES)}")
+        self._check_extras(entity)
         if self.kv_layers == 0:
             object.__setattr__(self, "kv_layers", self.num_layers)
+
+    def _check_extras(self, entity: str) -> None:
+        """Fields outside LLM_RANGES that the features or the warnings still read."""
+        experts = check_int(entity, "num_experts", self.num_experts, 0, 100_000, "experts")
+        object.__setattr__(self, "num_experts", experts)
+        if experts > 1:
+            top_k = check_int(entity, "experts_per_tok", self.experts_per_tok, 1, experts,
+                              f"experts (at most num_experts = {experts})")
+        else:
+            top_k = check_int(entity, "experts_per_tok", self.experts_per_tok, 0, 1, "(no experts: 0)")
+        object.__setattr__(self, "experts_per_tok", top_k)
+        object.__setattr__(self, "kv_layers", check_int(entity, "kv_layers", self.kv_layers, 0, self.num_layers,
+                                                        f"layers (0 = all, at most num_layers = {self.num_layers})"))
+        for fname in ("max_position_embeddings", "sliding_window"):
+            if getattr(self, fname) is not None:
+                object.__setattr__(self, fname, check_int(entity, fname, getattr(self, fname), 1, 1e9, "tokens"))
+        check_bool(entity, "tie_word_embeddings", self.tie_word_embeddings)
+        check_bool(entity, "quantized", self.quantized)
+        for fname in ("model_type", "precision", "source", "confidence"):
+            check_str(entity, fname, getattr(self, fname))
 
     @property
     def is_moe(self) -> bool:
@@ -190,17 +259,30 @@ class LlmSpec:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], entity: str = "LLM") -> "LlmSpec":
+        """Build from a mapping of LlmSpec fields; unknown keys are rejected by name."""
         known = {f.name for f in fields(cls)}
-        unknown = sorted(k for k in data if k not in known)
+        if not isinstance(data, Mapping):
+            raise SpecValidationError(entity, "<root>", type(data).__name__, "a JSON object of LLM spec fields")
+        unknown = sorted((k for k in data if k not in known), key=str)
         if unknown:
             raise SpecValidationError(entity, unknown[0], data[unknown[0]], f"one of the LLM fields: {', '.join(sorted(known))}")
         missing = [f.name for f in fields(cls) if f.name not in data and f.default is dataclass_missing()]
         if missing:
             raise SpecValidationError(entity, missing[0], None, f"a value (required LLM fields: {', '.join(missing)})")
-        return cls(**dict(data))
+        return _with_entity(cls, data, entity, "LLM")
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def _with_entity(cls: Any, data: Mapping[str, Any], entity: str, default: str) -> Any:
+    """Construct ``cls`` from ``data``; a field error keeps saying where the data came from (e.g. the file)."""
+    try:
+        return cls(**dict(data))
+    except SpecValidationError as exc:
+        if entity == default or exc.entity == entity:
+            raise
+        raise SpecValidationError(f"{entity} ({exc.entity})", exc.field, exc.value, exc.expected) from None
 
 
 def dataclass_missing() -> Any:
@@ -240,8 +322,10 @@ class Catalog:
             llms = tuple(LlmSpec.from_dict(m["spec"], entity=f"catalog LLM {m['name']!r}") for m in data["llms"] if m["spec"])
             unsupported = tuple((m["name"], m["unsupported_reason"]) for m in data["llms"] if not m["spec"])
             return cls(version=str(data["catalog_version"]), gpus=gpus, llms=llms, unsupported_llms=unsupported)
-        except (KeyError, TypeError) as exc:
+        except (KeyError, TypeError, AttributeError) as exc:
             raise ArtifactError(f"specs.json: malformed catalog ({exc!r}); reinstall wattgpu or rebuild the catalog") from None
+        except SpecValidationError as exc:
+            raise ArtifactError(f"specs.json: invalid catalog entry ({exc}); reinstall wattgpu or rebuild the catalog") from None
 
     def gpu(self, name: str) -> GpuSpec:
         """Find a GPU by name or alias (case-insensitive); unknown names raise with close matches."""

@@ -31,7 +31,7 @@ ENGINE_ALIASES = {
 
 def canonical_engine(name: str) -> str:
     """Map an engine spelling (``vLLM``, ``TRT-LLM`` …) to its canonical name or raise naming the choices."""
-    key = str(name).strip().lower().replace(" ", "_")
+    key = name.strip().lower().replace(" ", "_") if isinstance(name, str) else None
     if key not in ENGINE_ALIASES:
         raise SpecValidationError("workload", "engine", name, f"one of {', '.join(ENGINES)}")
     return ENGINE_ALIASES[key]
@@ -69,15 +69,20 @@ class Workload:
             if v != int(v):
                 raise SpecValidationError("workload", name, getattr(self, name), f"an integer in [{lo}, {hi}]")
             object.__setattr__(self, name, int(v))
-        check_number("workload", "gpu_memory_utilization", self.gpu_memory_utilization, 0.05, 1.0, "(fraction)")
+        object.__setattr__(self, "gpu_memory_utilization", check_number(
+            "workload", "gpu_memory_utilization", self.gpu_memory_utilization, 0.05, 1.0, "(fraction)"))
         if self.num_requests is not None:
-            object.__setattr__(self, "num_requests", int(check_number("workload", "num_requests", self.num_requests, 1, 1e9, "")))
+            n = check_number("workload", "num_requests", self.num_requests, 1, 1e9, "requests")
+            if n != int(n):
+                raise SpecValidationError("workload", "num_requests", self.num_requests, "an integer in [1, 1e+09] requests")
+            object.__setattr__(self, "num_requests", int(n))
         if self.concurrency is not None:
-            check_number("workload", "concurrency", self.concurrency, 0.001, 65536, "sequences")
+            object.__setattr__(self, "concurrency",
+                               check_number("workload", "concurrency", self.concurrency, 0.001, 65536, "sequences"))
         if self.kind == "server":
             if self.qps is None:
                 raise SpecValidationError("workload", "qps", None, "an arrival rate in requests/s for a server workload (e.g. --qps 0.33)")
-            check_number("workload", "qps", self.qps, 1e-6, 1e5, "requests/s")
+            object.__setattr__(self, "qps", check_number("workload", "qps", self.qps, 1e-6, 1e5, "requests/s"))
         elif self.qps is not None:
             raise SpecValidationError("workload", "qps", self.qps, "no arrival rate unless the workload kind is 'server'")
         if self.kind == "closed_loop" and self.concurrency is None:
@@ -93,8 +98,11 @@ class Workload:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Workload":
+        """Build from a mapping of Workload fields; unknown keys are rejected by name."""
+        if not isinstance(data, Mapping):
+            raise SpecValidationError("workload", "<root>", type(data).__name__, "a mapping of workload fields")
         known = {f.name for f in fields(cls)}
-        unknown = sorted(k for k in data if k not in known)
+        unknown = sorted((k for k in data if k not in known), key=str)
         if unknown:
             raise SpecValidationError("workload", unknown[0], data[unknown[0]], f"one of {', '.join(sorted(known))}")
         return cls(**dict(data))

@@ -1,0 +1,215 @@
+"""Property-based tests: for any GPU spec, LLM config and workload, the API returns finite numbers within
+physical bounds or raises a WattGPUError — never anything else.
+
+Examples per test default to a CI-friendly count; ``WATTGPU_HYPOTHESIS_EXAMPLES=N`` runs N per test
+(see docs/errors.md for the long run).
+"""
+from __future__ import annotations
+
+import math
+import os
+import warnings
+
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from wattgpu import GpuSpec, LlmSpec, Predictor, WattGPUError, Workload, default_catalog
+from wattgpu.hfconfig import llm_from_hf_config
+from wattgpu.specs import GPU_RANGES, LLM_RANGES, MEMORY_TYPES
+
+EXAMPLES = int(os.environ.get("WATTGPU_HYPOTHESIS_EXAMPLES", "500"))
+SETTINGS = settings(max_examples=EXAMPLES, deadline=None, database=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+PRED = Predictor()
+CAT = default_catalog()
+
+HOSTILE = st.one_of(st.none(), st.booleans(), st.text(max_size=5), st.lists(st.integers(), max_size=2),
+                    st.sampled_from([math.nan, math.inf, -math.inf, 1e308, -1e308, 0, -1, 10**30, "1e3"]))
+NAMES = st.text(st.characters(codec="ascii", categories=("L", "N", "P", "Zs")), min_size=1, max_size=20).filter(
+    str.strip)
+ANY_NUMBER = st.one_of(st.integers(-10**6, 10**7), st.floats(allow_nan=True, allow_infinity=True))
+
+
+def number(lo: float, hi: float, *, integer: bool = False):
+    """A value inside [lo, hi] (log-uniform-ish: small and large values both show up)."""
+    if integer:
+        lo_i, hi_i = int(math.ceil(lo)), int(hi)
+        return st.one_of(st.integers(lo_i, min(hi_i, lo_i + 64)), st.integers(lo_i, min(hi_i, max(lo_i, 4096))),
+                         st.integers(lo_i, hi_i))
+    return st.one_of(st.floats(lo, min(hi, lo * 10 + 1), allow_nan=False), st.floats(lo, hi, allow_nan=False))
+
+
+def corruptible(dicts, extra_keys=()):
+    """Mostly well-formed dicts; a quarter get one field replaced by garbage, an out-of-range number,
+    or an unknown key."""
+    def corrupt(d):
+        keys = sorted(d) + list(extra_keys)
+        return st.tuples(st.sampled_from(keys), st.one_of(HOSTILE, ANY_NUMBER)).map(lambda kv: {**d, kv[0]: kv[1]})
+    return st.one_of(dicts, dicts, dicts, dicts.flatmap(corrupt))
+
+
+def _gpu_dicts(corrupt: bool = True):
+    fields = {k: number(lo, hi, integer=(k == "release_year")) for k, (lo, hi, _) in GPU_RANGES.items()}
+    fields["name"] = NAMES
+    fields["memory_type"] = st.sampled_from(MEMORY_TYPES)
+    fields["transistors_million"] = st.one_of(st.none(), fields["transistors_million"])  # required, may be null
+    optional = {"base_clock_mhz", "boost_clock_mhz", "idle_power_w"}
+    clean = st.fixed_dictionaries({k: v for k, v in fields.items() if k not in optional},
+                                  optional={k: st.one_of(st.none(), fields[k]) for k in optional})
+    return corruptible(clean, extra_keys=("tdp", "sm_count", "aliases")) if corrupt else clean
+
+
+def _catalog_or_random_gpu(corrupt: bool = True):
+    return st.one_of(st.sampled_from(CAT.gpus), _gpu_dicts(corrupt))
+
+
+def _workloads(corrupt: bool = True):
+    def shape(d: dict) -> dict:
+        kind = d["kind"]
+        if kind != "server":
+            d.pop("qps", None)
+        elif "qps" not in d:
+            d["qps"] = 0.5
+        if kind == "closed_loop" and "concurrency" not in d:
+            d["concurrency"] = 8.0
+        return d
+
+    clean = st.fixed_dictionaries({
+        "kind": st.sampled_from(["offline", "closed_loop", "server"]),
+        "max_batch": number(1, 65536, integer=True),
+        "input_tokens": number(1, 1_048_576, integer=True),
+        "output_tokens": number(1, 1_048_576, integer=True),
+        "engine": st.sampled_from(["vllm", "tgi", "hf", "TRT-LLM", "mii", "deepspeed_mii", "transformers"]),
+        "gpu_memory_utilization": number(0.05, 1.0),
+    }, optional={
+        "qps": number(1e-6, 1e5),
+        "concurrency": number(0.001, 65536),
+        "num_requests": number(1, 1e9, integer=True),
+    }).map(shape)
+    return corruptible(clean, extra_keys=("batch_size",)) if corrupt else clean
+
+
+def _llm_spec_dicts(corrupt: bool = True):
+    ints = {k: number(lo, hi, integer=True) for k, (lo, hi, _) in LLM_RANGES.items()
+            if k not in ("total_params_b", "active_params_b", "weight_bytes_per_param")}
+
+    def shape(d: dict) -> dict:
+        if d.get("active_params_b", 0) > d.get("total_params_b", 0):
+            d["active_params_b"] = d["total_params_b"]
+        if d.get("num_kv_heads", 0) > d.get("num_attention_heads", 0):
+            d["num_kv_heads"] = d["num_attention_heads"]
+        if d.get("num_experts", 0) <= 1:
+            d["experts_per_tok"] = 0
+        return d
+
+    clean = st.fixed_dictionaries({
+        "name": NAMES,
+        "num_layers": ints["num_layers"], "hidden_size": st.sampled_from([256, 1024, 4096, 8192, 16384]),
+        "num_attention_heads": st.sampled_from([1, 8, 16, 32, 64, 128]), "num_kv_heads": ints["num_kv_heads"],
+        "total_params_b": number(0.01, 10_000.0), "active_params_b": number(0.01, 10_000.0),
+    }, optional={
+        "head_dim": ints["head_dim"], "intermediate_size": ints["intermediate_size"],
+        "vocab_size": ints["vocab_size"], "weight_bytes_per_param": number(0.1, 4.0),
+        "num_experts": st.sampled_from([0, 8, 64, 256]), "experts_per_tok": st.sampled_from([1, 2, 8]),
+        "arch_class": st.sampled_from(["decoder_transformer", "decoder_moe_transformer", "hybrid_mamba_transformer",
+                                       "ssm_mamba", "rnn_rwkv", "encoder_decoder_t5"]),
+        "max_position_embeddings": st.one_of(st.none(), number(1, 1e9, integer=True)),
+        "kv_layers": number(0, 8, integer=True),
+    }).map(shape)
+    return corruptible(clean, extra_keys=("layers",)) if corrupt else clean
+
+
+def _hf_configs(corrupt: bool = True):
+    clean = st.fixed_dictionaries({
+        "model_type": st.sampled_from(["llama", "mistral", "qwen2", "mixtral", "gemma", "phi3", "gpt2",
+                                       "deepseek_v3", "falcon", "t5", "rwkv", "mamba", "gpt_bigcode", "mpt"]),
+        "num_hidden_layers": number(1, 160, integer=True),
+        "hidden_size": st.sampled_from([512, 1024, 2048, 3072, 4096, 5120, 8192, 12288]),
+        "num_attention_heads": st.sampled_from([8, 16, 32, 64, 128]),
+        "vocab_size": number(1000, 300_000, integer=True),
+    }, optional={
+        "num_key_value_heads": st.sampled_from([1, 2, 4, 8]),
+        "intermediate_size": number(64, 65536, integer=True),
+        "head_dim": st.sampled_from([64, 128, 256]),
+        "num_local_experts": st.sampled_from([0, 8, 16, 64]),
+        "num_experts_per_tok": st.sampled_from([1, 2, 4]),
+        "torch_dtype": st.sampled_from(["bfloat16", "float16", "float32", "int8"]),
+        "tie_word_embeddings": st.booleans(),
+        "max_position_embeddings": number(128, 1_000_000, integer=True),
+        "sliding_window": st.one_of(st.none(), number(1, 100_000, integer=True)),
+    })
+    return corruptible(clean, extra_keys=("n_layer", "quantization_config")) if corrupt else clean
+
+
+def _check(gpu_data, llm_builder, wl_data) -> None:
+    """Build everything and predict; only WattGPUError may escape, and successes must be physical."""
+    try:
+        gpu = gpu_data if isinstance(gpu_data, GpuSpec) else GpuSpec.from_dict(gpu_data)
+        llm = llm_builder()
+        wl = Workload.from_dict(wl_data)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            p = PRED.predict(llm, gpu, wl)
+    except WattGPUError as exc:
+        assert str(exc) and "\n" not in str(exc)
+        event(f"refused: {type(exc).__name__}")
+        return
+    event("predicted")
+    values = [p.power_w, p.itl_s, p.throughput_tok_s, p.system_s_per_token, p.energy_per_token_j,
+              p.energy_per_request_j, p.effective_batch, p.busy_fraction]
+    assert all(isinstance(v, float) and math.isfinite(v) for v in values), (values, gpu, llm, wl)
+    assert 0 < p.power_w <= 1.5 * gpu.tdp_w
+    assert p.itl_s > 0 and p.throughput_tok_s > 0 and p.system_s_per_token > 0
+    assert p.energy_per_token_j > 0 and p.energy_per_request_j > 0
+    assert p.effective_batch >= 1 and 0 < p.busy_fraction <= 1
+    for iv in p.power_intervals + p.itl_intervals:
+        assert math.isfinite(iv.low) and math.isfinite(iv.high) and 0 < iv.low <= iv.high
+
+
+@SETTINGS
+@given(gpu=_catalog_or_random_gpu(), llm=st.sampled_from(CAT.llms), wl=_workloads())
+def test_gpu_specs_and_workloads(gpu, llm, wl):
+    _check(gpu, lambda: llm, wl)
+
+
+@SETTINGS
+@given(gpu=st.sampled_from(CAT.gpus), cfg=_hf_configs(), wl=_workloads())
+def test_hf_configs(gpu, cfg, wl):
+    _check(gpu, lambda: llm_from_hf_config(cfg, name="hypothesis/model"), wl)
+
+
+@SETTINGS
+@given(gpu=_catalog_or_random_gpu(), data=_llm_spec_dicts(), wl=_workloads())
+def test_llm_specs_direct(gpu, data, wl):
+    _check(gpu, lambda: LlmSpec.from_dict(data), wl)
+
+
+@SETTINGS
+@given(gpu=st.sampled_from(CAT.gpus), llm=st.sampled_from(CAT.llms), wl=_workloads())
+def test_catalog_pairs(gpu, llm, wl):
+    _check(gpu, lambda: llm, wl)
+
+
+@SETTINGS
+@given(gpu=_catalog_or_random_gpu(corrupt=False), data=st.one_of(_hf_configs(corrupt=False), _llm_spec_dicts(False)),
+       wl=_workloads(corrupt=False))
+def test_well_formed_inputs(gpu, data, wl):
+    """Only in-range values: most examples reach the models, which must still stay physical."""
+    build = (lambda: llm_from_hf_config(data, name="hypothesis/model")) if "model_type" in data and \
+        "total_params_b" not in data else (lambda: LlmSpec.from_dict(data))
+    _check(gpu, build, wl)
+
+
+@settings(max_examples=max(50, EXAMPLES // 5), deadline=None, database=None)
+@given(rows=st.lists(st.tuples(st.sampled_from(CAT.gpus), st.sampled_from(CAT.llms), _workloads()),
+                     min_size=1, max_size=6))
+def test_predict_many_matches_single(rows):
+    """A batch either fails with a WattGPUError or gives each row exactly its single-row answer."""
+    try:
+        triples = [(g, m, Workload.from_dict(w)) for g, m, w in rows]
+        many = PRED.predict_specs(triples)
+    except WattGPUError:
+        return
+    for t, p in zip(triples, many):
+        one = PRED.predict_specs([t])[0]
+        assert (p.power_w, p.itl_s, p.throughput_tok_s) == (one.power_w, one.itl_s, one.throughput_tok_s)

@@ -44,6 +44,8 @@ def test_everything_offline(no_network, tmp_path):
     rows = pred.predict_many([(llm, "H100", None), (llm, "A10", Workload(kind="closed_loop", concurrency=4))])
     assert len(rows) == 2
     assert wattgpu.predict(llm, "H100").itl_s > 0
+    ranked = wattgpu.rank(llm, Workload(kind="server", qps=0.017), max_itl_ms=50, predictor=pred)
+    assert ranked.candidates and all(c.power_w > 0 for c in ranked.candidates)
 
     cfg = tmp_path / "model" / "config.json"
     cfg.parent.mkdir()
@@ -58,5 +60,8 @@ def test_everything_offline(no_network, tmp_path):
     r = CliRunner().invoke(main, ["predict", "--llm", str(cfg), "--gpu", "H100", "--json"], standalone_mode=True)
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["power_w"] > 0
+    r = CliRunner().invoke(main, ["rank", "--llm", str(cfg), "--json", "--plot", str(tmp_path / "r.svg")])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "r.svg").stat().st_size > 0
     r = CliRunner().invoke(main, ["gpus"])
     assert r.exit_code == 0

@@ -255,13 +255,21 @@ def _tok_per_w(c: Columns) -> np.ndarray:
     return np.log(c["eff_batch"] / c["roofline_itl_s"] / c["gpu_tdp_w"])
 
 
-def matrix(names: Sequence[str], cols: Mapping[str, np.ndarray]) -> np.ndarray:
-    """Stack the named features in order as a float32 matrix [rows, features]."""
-    unknown = [n for n in names if n not in REGISTRY]
-    if unknown:
-        raise KeyError(f"unknown features {unknown}; known: {sorted(REGISTRY)}")
+def matrix(names: Sequence[str], cols: dict[str, np.ndarray]) -> np.ndarray:
+    """Stack the named features in order as a float32 matrix [rows, features].
+
+    Each feature's values are memoised in ``cols`` under ``"feature:<name>"``, so models that share
+    features (power and ITL) compute them once per call.
+    """
     out = np.empty((len(next(iter(cols.values()))), len(names)), dtype=np.float32)
     with np.errstate(divide="ignore", invalid="ignore"):
         for j, n in enumerate(names):
-            out[:, j] = REGISTRY[n].fn(cols)  # type: ignore[arg-type]
+            key = "feature:" + n
+            values = cols.get(key)
+            if values is None:
+                feat = REGISTRY.get(n)
+                if feat is None:
+                    raise KeyError(f"unknown feature {n!r}; known: {sorted(REGISTRY)}")
+                values = cols[key] = feat.fn(cols)
+            out[:, j] = values
     return out

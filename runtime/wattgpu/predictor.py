@@ -130,9 +130,15 @@ class Predictor:
 
     # ---- spec resolution
     def resolve_gpu(self, gpu: Any) -> GpuSpec:
-        """A GpuSpec from a spec, a catalog name/alias, or a path to a JSON file of spec-sheet numbers."""
+        """A GpuSpec from a spec, a catalog name/alias, or a path to a JSON file of spec-sheet numbers.
+
+        Catalog names win over same-named files; pass ``./name`` or a Path to force a file."""
         if isinstance(gpu, GpuSpec):
             return gpu
+        if isinstance(gpu, str):  # catalog names first: a dict lookup, no filesystem calls
+            hit = self.catalog.find_gpu(gpu)
+            if hit is not None:
+                return hit
         if isinstance(gpu, os.PathLike) or (isinstance(gpu, str) and _looks_like_path(gpu)):
             from .safeio import read_json_file
 
@@ -146,6 +152,10 @@ class Predictor:
         """An LlmSpec from a spec, a catalog id, a config.json path or a model directory holding one."""
         if isinstance(llm, LlmSpec):
             return llm
+        if isinstance(llm, str):
+            hit = self.catalog.find_llm(llm)
+            if hit is not None:
+                return hit
         if isinstance(llm, os.PathLike) or (isinstance(llm, str) and _looks_like_path(llm)):
             from .hfconfig import load_llm_file
 

@@ -327,6 +327,14 @@ class Catalog:
         except SpecValidationError as exc:
             raise ArtifactError(f"specs.json: invalid catalog entry ({exc}); reinstall wattgpu or rebuild the catalog") from None
 
+    def find_gpu(self, name: str) -> GpuSpec | None:
+        """The GPU whose name or alias matches ``name`` (case-insensitive), or None."""
+        return self._gpu_index.get(_norm(name))
+
+    def find_llm(self, name: str) -> LlmSpec | None:
+        """The supported LLM whose id matches ``name`` (case-insensitive), or None."""
+        return self._llm_index.get(_norm(name))
+
     def gpu(self, name: str) -> GpuSpec:
         """Find a GPU by name or alias (case-insensitive); unknown names raise with close matches."""
         hit = self._gpu_index.get(_norm(name))

@@ -7,13 +7,18 @@ from __future__ import annotations
 
 import math
 from typing import Sequence
-from xml.sax.saxutils import escape
+from html import escape as _html_escape
 
 from .rank import RankEntry, RankResult
 
 W, H = 860, 560
 LEFT, RIGHT, TOP, BOTTOM = 80, 230, 56, 64  # plot margins (right margin holds labels beyond the last point)
 FONT = "font-family='DejaVu Sans, Arial, sans-serif'"
+
+
+def escape(text: str) -> str:
+    """XML-escape text for SVG (html.escape: no urllib/ssl import chain, unlike xml.sax.saxutils)."""
+    return _html_escape(text, quote=True)
 
 
 def _short(name: str) -> str:

@@ -114,7 +114,22 @@ def derive(c: Columns) -> Columns:
                                                 c["llm_experts_per_tok"])
     c["roofline_itl_s"] = physics.roofline_step_s(c["step_bytes"], c["eff_batch"], c["llm_active_params_b"],
                                                   c["gpu_memory_bandwidth_gb_s"], c["gpu_fp16_tflops"])
+    c["roofline_duty"] = physics.roofline_duty(c["roofline_itl_s"], c["llm_num_layers"],
+                                               _layer_overhead_s(c["wl_engine_code"]))
+    c["duty_power_w"] = physics.duty_power_w(c["gpu_tdp_w"], c["roofline_duty"])
     return c
+
+
+_OVERHEAD_BY_CODE = np.array([physics.LAYER_OVERHEAD_S.get(e, physics.LAYER_OVERHEAD_DEFAULT_S) for e in ENGINES])
+
+
+def _layer_overhead_s(engine_code: np.ndarray) -> np.ndarray:
+    """Per-layer step overhead of each row's engine (default figure for an unknown engine)."""
+    code = np.asarray(engine_code, dtype=np.float64)
+    ok = np.isfinite(code)
+    out = np.full(code.shape, physics.LAYER_OVERHEAD_DEFAULT_S)
+    out[ok] = _OVERHEAD_BY_CODE[code[ok].astype(np.intp)]
+    return out
 
 
 @dataclass(frozen=True)
@@ -253,6 +268,11 @@ def _cshare(c: Columns) -> np.ndarray:
 @feature("log_roofline_tok_s_per_w", "log(tok/s/W)", "log roofline throughput per watt of TDP")
 def _tok_per_w(c: Columns) -> np.ndarray:
     return np.log(c["eff_batch"] / c["roofline_itl_s"] / c["gpu_tdp_w"])
+
+
+@feature("roofline_duty", "fraction", "roofline step time / (roofline + per-layer engine overhead): busy share of a step")
+def _duty(c: Columns) -> np.ndarray:
+    return c["roofline_duty"]
 
 
 def matrix(names: Sequence[str], cols: dict[str, np.ndarray]) -> np.ndarray:

@@ -173,3 +173,25 @@ def solve_server_concurrency(qps: np.ndarray, request_time_s: Callable[[np.ndarr
         if done.all():
             break
     return conc, done
+
+
+# ---- busy power from the roofline duty cycle (target transform of the power model)
+# Per-layer, per-decode-step host/launch overhead that the roofline does not count (s). Round numbers
+# of the order of eager-mode kernel launches (HF transformers: ~10 kernels/layer at tens of µs) and of
+# CUDA-graph engines (vLLM, TGI, TensorRT-LLM, DeepSpeed-MII). They were cross-checked against the
+# median (measured ITL − roofline) / layers of the training sources, so they are fixed, not fitted.
+LAYER_OVERHEAD_S = {"hf_transformers": 0.5e-3}
+LAYER_OVERHEAD_DEFAULT_S = 0.15e-3
+# Share of TDP a GPU draws with clocks up but no work issued (the floor of the busy-power model).
+BUSY_FLOOR_TDP_FRACTION = 0.3
+
+
+def roofline_duty(roofline_s: np.ndarray, layers: np.ndarray, layer_overhead_s: np.ndarray) -> np.ndarray:
+    """Share of a decode step the memory/compute units are busy: roofline time / (roofline + overhead), in (0, 1]."""
+    t = np.asarray(roofline_s, dtype=np.float64)
+    return t / (t + np.asarray(layers, dtype=np.float64) * layer_overhead_s)
+
+
+def duty_power_w(tdp_w: np.ndarray, duty: np.ndarray, floor: float = BUSY_FLOOR_TDP_FRACTION) -> np.ndarray:
+    """Physical power estimate: P = TDP · (floor + (1 − floor) · duty); between floor·TDP and TDP."""
+    return np.asarray(tdp_w, dtype=np.float64) * (floor + (1.0 - floor) * np.clip(duty, 0.0, 1.0))

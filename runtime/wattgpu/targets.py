@@ -22,6 +22,11 @@ TRANSFORMS: dict[str, tuple[Callable[[np.ndarray, Columns], np.ndarray], Callabl
         lambda z, c: np.exp(z) * c["roofline_itl_s"],
         "log(ITL / roofline decode-step time at the effective batch): an efficiency",
     ),
+    "log_ratio_to_duty_power": (
+        lambda y, c: np.log(y / c["duty_power_w"]),
+        lambda z, c: np.exp(z) * c["duty_power_w"],
+        "log(power / TDP·(0.3 + 0.7·roofline duty)): a bounded correction to a physical busy-power estimate",
+    ),
     "log": (
         lambda y, c: np.log(y),
         lambda z, c: np.exp(z),

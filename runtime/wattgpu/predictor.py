@@ -64,6 +64,7 @@ class Predictor:
         self._catalog = catalog
         self._schema: FeatureSchema | None = None
         self._sessions: dict[str, Any] = {}
+        self._factor_cache: dict[str, tuple[tuple[float, float, float], ...]] | None = None
         self._lock = threading.RLock()  # _session() reads .schema while holding it
 
     # ---- artifacts
@@ -79,6 +80,12 @@ class Predictor:
                                             f"{SCHEMA_FILE}; the catalog was modified — reinstall or re-export")
                     self._schema = schema
         return self._schema
+
+    @property
+    def _factors(self) -> dict[str, tuple[tuple[float, float, float], ...]]:
+        if self._factor_cache is None:
+            self._factor_cache = interval_factors(self.schema.intervals)
+        return self._factor_cache
 
     @property
     def catalog(self) -> Catalog:
@@ -199,27 +206,84 @@ class Predictor:
             if not (isinstance(t, (tuple, list)) and len(t) == 3 and isinstance(t[0], GpuSpec)
                     and isinstance(t[1], LlmSpec) and isinstance(t[2], Workload)):
                 raise WattGPUError(f"triples[{k}]: expected a (GpuSpec, LlmSpec, Workload) tuple, got {_describe(t)}")
-        server_learned = "server" in self.schema.domain.get("kinds", ())
-        cols = F.columns(triples)
-        results: list[Prediction | WattGPUError | None] = [_row_error(t, cols, i) for i, t in enumerate(triples)]
+        errors, all_cols = self._check_rows(triples)
+        results: list[Prediction | WattGPUError | None] = list(errors)
         good = [i for i, r in enumerate(results) if r is None]
         if not good:
             return results  # type: ignore[return-value]
         sub = [triples[i] for i in good]
-        cols = F.columns(sub) if len(good) < len(triples) else cols
-        out = self._evaluate(cols)
-        server_rows = [k for k, (_, _, w) in enumerate(sub) if w.kind == "server" and not server_learned]
-        mix: dict[int, dict[str, Any]] = {}
-        if server_rows:
-            mixed = self._server_mix([sub[k] for k in server_rows])
-            mix = {k: mixed[j] for j, k in enumerate(server_rows)}
+        cols, core, mix = self._core(sub, all_cols if len(good) == len(triples) else None)
         memo: dict[Any, Any] = {}  # per call: domain warnings and workload dicts of repeated specs
         for k, i in enumerate(good):
             try:
-                results[i] = self._assemble(k, sub[k], cols, out, mix.get(k), server_learned, memo)
+                results[i] = self._assemble(k, sub[k], cols, core, mix.get(k), memo)
             except WattGPUError as exc:
                 results[i] = exc
         return results  # type: ignore[return-value]
+
+    def predict_table(self, triples: Sequence[tuple[GpuSpec, LlmSpec, Workload]]) -> dict[str, Any]:
+        """Array form of :meth:`predict_specs_safe` for large sweeps: no per-row objects or warnings.
+
+        Returns numpy arrays (one entry per row, NaN where the row cannot be predicted) for
+        ``power_w``, ``itl_s``, ``system_s_per_token``, ``throughput_tok_s``, ``energy_per_token_j``,
+        ``energy_per_request_j``, ``effective_batch`` and ``busy_fraction``, plus ``error``: a list with
+        the WattGPUError message of each failed row, else None. The numbers equal the Prediction fields.
+        """
+        n = len(triples)
+        table: dict[str, Any] = {k: np.full(n, np.nan) for k in TABLE_FIELDS}
+        errors, all_cols = self._check_rows(triples) if n else ([], {})
+        good = np.array([i for i, e in enumerate(errors) if e is None], dtype=np.intp)
+        if good.size:
+            _, core, _ = self._core([triples[i] for i in good], all_cols if good.size == n else None)
+            bad = core["not_finite"]
+            for k in TABLE_FIELDS:
+                table[k][good] = np.where(bad, np.nan, core[k])
+            for j in np.flatnonzero(bad):
+                errors[good[j]] = _not_finite_error(triples[good[j]])
+        table["error"] = [None if e is None else str(e) for e in errors]
+        return table
+
+    def _check_rows(self, triples: Sequence[tuple[GpuSpec, LlmSpec, Workload]]
+                    ) -> tuple[list[WattGPUError | None], F.Columns]:
+        """Type-check the triples (raising) and say which rows cannot be predicted at all; also
+        returns their feature columns for reuse."""
+        for k, t in enumerate(triples):
+            if not (isinstance(t, (tuple, list)) and len(t) == 3 and isinstance(t[0], GpuSpec)
+                    and isinstance(t[1], LlmSpec) and isinstance(t[2], Workload)):
+                raise WattGPUError(f"triples[{k}]: expected a (GpuSpec, LlmSpec, Workload) tuple, got {_describe(t)}")
+        cols = F.columns(triples)
+        return [_row_error(t, cols, i) for i, t in enumerate(triples)], cols
+
+    def _core(self, sub: Sequence[tuple[GpuSpec, LlmSpec, Workload]], cols: F.Columns | None = None
+              ) -> tuple[F.Columns, dict[str, np.ndarray], dict[int, dict[str, Any]]]:
+        """Every number of a prediction, vectorised over rows that passed :meth:`_check_rows`."""
+        server_learned = "server" in self.schema.domain.get("kinds", ())
+        cols = F.columns(sub) if cols is None else cols
+        out = self._evaluate(cols)
+        power, itl = out["power"].copy(), out["itl"].copy()
+        batch = cols["eff_batch"].copy()
+        busy = np.ones(len(sub))
+        tokens_per_s = batch / itl
+        server = np.array([w.kind == "server" for _, _, w in sub])
+        server_rows = [k for k in np.flatnonzero(server)] if not server_learned else []
+        mix: dict[int, dict[str, Any]] = {}
+        if server_rows:
+            mixed = self._server_mix([sub[k] for k in server_rows])
+            mix = {int(k): mixed[j] for j, k in enumerate(server_rows)}
+            for k, m in mix.items():
+                power[k], itl[k], busy[k], batch[k] = m["power"], m["itl"], m["busy"], m["batch"]
+                tokens_per_s[k] = sub[k][2].qps * sub[k][2].output_tokens  # type: ignore[operator]
+        tdp = cols["gpu_tdp_w"]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            not_finite = ~(np.isfinite(power) & np.isfinite(itl) & (power > 0) & (itl > 0) & (tokens_per_s > 0))
+            capped = np.minimum(power, tdp)
+            s_per_tok = 1.0 / tokens_per_s
+            e_tok = capped * s_per_tok
+        core = {"power_w": capped, "raw_power_w": power, "itl_s": itl, "effective_batch": batch,
+                "busy_fraction": busy, "throughput_tok_s": tokens_per_s, "system_s_per_token": s_per_tok,
+                "energy_per_token_j": e_tok, "energy_per_request_j": e_tok * cols["wl_output_tokens"],
+                "not_finite": not_finite, "server_learned": server & server_learned}
+        return cols, core, mix
 
     def feature_vectors(self, triples: Sequence[tuple[GpuSpec, LlmSpec, Workload]]) -> dict[str, np.ndarray]:
         """The float32 model inputs (schema order) for each target — exactly what onnxruntime receives."""
@@ -268,9 +332,12 @@ class Predictor:
                 for k in range(len(triples))}
 
     def _assemble(self, i: int, triple: tuple[GpuSpec, LlmSpec, Workload], cols: F.Columns,
-                  out: Mapping[str, np.ndarray], mix: dict[str, float] | None, server_learned: bool,
+                  core: Mapping[str, np.ndarray], mix: dict[str, Any] | None,
                   memo: dict[Any, Any] | None = None) -> Prediction:
+        """Row ``i`` of the vectorised core as a Prediction, with its warnings."""
         gpu, llm, wl = triple
+        if core["not_finite"][i]:
+            raise _not_finite_error(triple)
         memo = {} if memo is None else memo  # keyed by id(): valid only while the call holds the specs
         wkey = (id(gpu), id(llm), wl.kind, wl.engine)  # all that domain_warnings reads
         base = memo.get(wkey)
@@ -281,14 +348,14 @@ class Predictor:
         wl_dict = memo.get(id(wl))
         if wl_dict is None:
             wl_dict = memo[id(wl)] = wl.to_dict()
-        batch = float(cols["eff_batch"][i])
         idle_w: float | None = None
         idle_src: str | None = None
         if llm.sliding_window and llm.sliding_window < wl.context_tokens:
             warnings.append(f"{llm.name} has a {llm.sliding_window}-token sliding window; memory fit and batch "
                             "limit assume full-context KV for every layer (conservative)")
+        power, itl = float(core["power_w"][i]), float(core["itl_s"][i])
+        batch, tokens_per_s = float(core["effective_batch"][i]), float(core["throughput_tok_s"][i])
         if mix is not None:
-            power, itl, busy, batch = mix["power"], mix["itl"], mix["busy"], mix["batch"]
             idle_w, idle_src = mix["idle_w"], mix["idle_source"]
             method = "server mix: idle + busy fraction × (learned busy power − idle)"
             if mix["idle_estimated"]:
@@ -296,45 +363,51 @@ class Predictor:
                                 "(no measured figure in the catalog)")
             if not mix["converged"]:
                 warnings.append("Little's-law fixed point did not converge: the load is at or beyond capacity")
-            tokens_per_s = wl.qps * wl.output_tokens  # type: ignore[operator]
-            capacity = batch / itl
-            if mix["concurrency"] > float(cols["fit_batch"][i]) or tokens_per_s > capacity:
+            if mix["concurrency"] > float(cols["fit_batch"][i]) or tokens_per_s > batch / itl:
                 warnings.append("arrival rate exceeds the predicted capacity: the queue grows without bound")
         else:
-            power, itl = float(out["power"][i]), float(out["itl"][i])
-            busy = 1.0
-            method = "learned (server rows in training)" if wl.kind == "server" and server_learned else "learned"
-            tokens_per_s = batch / itl
-        if not (math.isfinite(power) and math.isfinite(itl) and power > 0 and itl > 0):
-            raise WattGPUError(f"prediction for {llm.name} on {gpu.name} is not finite; inputs are outside anything "
-                               "the models can describe — check the spec values")
-        if power > gpu.tdp_w:
-            warnings.append(f"predicted power {power:.0f} W exceeds TDP {gpu.tdp_w:.0f} W; capped at TDP")
-            power = gpu.tdp_w
-        s_per_tok = 1.0 / tokens_per_s
-        e_tok = power * s_per_tok
+            method = "learned (server rows in training)" if core["server_learned"][i] else "learned"
+        raw = float(core["raw_power_w"][i])
+        if raw > gpu.tdp_w:
+            warnings.append(f"predicted power {raw:.0f} W exceeds TDP {gpu.tdp_w:.0f} W; capped at TDP")
         scen = physics.paper_scenario(wl.kind, wl.qps)
         baselines = {"tdp_w": gpu.tdp_w, "ls_tdp_w": physics.ls_tdp_power_w(gpu.tdp_w, scen),
                      "roofline_itl_s": float(cols["roofline_itl_s"][i])}
         return Prediction(
             llm=llm.name, gpu=gpu.name, workload=dict(wl_dict), power_w=power, itl_s=itl,
-            system_s_per_token=s_per_tok, throughput_tok_s=tokens_per_s, energy_per_token_j=e_tok,
-            energy_per_request_j=e_tok * wl.output_tokens, effective_batch=batch, busy_fraction=busy,
-            power_method=method, idle_power_w=idle_w, idle_power_source=idle_src,
-            power_intervals=_intervals(self.schema.intervals.get("power"), power, cap=gpu.tdp_w),
-            itl_intervals=_intervals(self.schema.intervals.get("itl"), itl), baselines=baselines,
+            system_s_per_token=float(core["system_s_per_token"][i]), throughput_tok_s=tokens_per_s,
+            energy_per_token_j=float(core["energy_per_token_j"][i]),
+            energy_per_request_j=float(core["energy_per_request_j"][i]), effective_batch=batch,
+            busy_fraction=float(core["busy_fraction"][i]), power_method=method, idle_power_w=idle_w,
+            idle_power_source=idle_src,
+            power_intervals=_intervals(self._factors.get("power", ()), power, cap=gpu.tdp_w),
+            itl_intervals=_intervals(self._factors.get("itl", ()), itl), baselines=baselines,
             warnings=tuple(warnings))
 
 
-def _intervals(spec: Mapping[str, Any] | None, value: float, cap: float | None = None) -> tuple[Interval, ...]:
-    """Multiplicative intervals from calibrated log-residual quantiles: {"80": [lo, hi], "95": [lo, hi]}."""
-    if not spec:
-        return ()
-    out = []
-    for level, (lo, hi) in sorted(spec.get("factors", {}).items()):
-        high = value * hi if cap is None else min(value * hi, cap)
-        out.append(Interval(int(level) / 100.0, value * lo, high))
-    return tuple(out)
+TABLE_FIELDS = ("power_w", "itl_s", "system_s_per_token", "throughput_tok_s", "energy_per_token_j",
+                "energy_per_request_j", "effective_batch", "busy_fraction")
+
+
+def _not_finite_error(triple: tuple[GpuSpec, LlmSpec, Workload]) -> WattGPUError:
+    gpu, llm, _ = triple
+    return WattGPUError(f"prediction for {llm.name} on {gpu.name} is not finite; inputs are outside anything "
+                        "the models can describe — check the spec values")
+
+
+def interval_factors(intervals: Mapping[str, Any]) -> dict[str, tuple[tuple[float, float, float], ...]]:
+    """Parse the schema's calibrated factors once: target -> ((level, low factor, high factor), ...)."""
+    return {target: tuple(sorted((int(level) / 100.0, float(lo), float(hi))
+                                 for level, (lo, hi) in spec.get("factors", {}).items()))
+            for target, spec in intervals.items() if spec}
+
+
+def _intervals(factors: tuple[tuple[float, float, float], ...], value: float,
+               cap: float | None = None) -> tuple[Interval, ...]:
+    """Multiplicative intervals around ``value`` (the high end capped at ``cap`` when given)."""
+    if cap is None:
+        return tuple([Interval(level, value * lo, value * hi) for level, lo, hi in factors])
+    return tuple([Interval(level, value * lo, min(value * hi, cap)) for level, lo, hi in factors])
 
 
 NO_KV_CACHE = {"rnn_rwkv": "a recurrent network", "ssm_mamba": "a pure state-space (Mamba) model"}

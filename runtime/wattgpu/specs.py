@@ -154,16 +154,7 @@ class GpuSpec:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], entity: str = "GPU") -> "GpuSpec":
         """Build from a mapping (catalog entry or user JSON); unknown keys are rejected by name."""
-        known = {f.name for f in fields(cls)}
-        if not isinstance(data, Mapping):
-            raise SpecValidationError(entity, "<root>", type(data).__name__, "a JSON object of GPU spec fields")
-        unknown = sorted((k for k in data if k not in known), key=str)
-        if unknown:
-            raise SpecValidationError(entity, unknown[0], data[unknown[0]], f"one of the GPU fields: {', '.join(sorted(known))}")
-        missing = [f.name for f in fields(cls) if f.name not in data and f.default is dataclass_missing()]
-        if missing:
-            raise SpecValidationError(entity, missing[0], None, f"a value (required GPU fields: {', '.join(missing)})")
-        return _with_entity(cls, data, entity, "GPU")
+        return from_mapping(cls, data, entity, "GPU")
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -260,19 +251,26 @@ class LlmSpec:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], entity: str = "LLM") -> "LlmSpec":
         """Build from a mapping of LlmSpec fields; unknown keys are rejected by name."""
-        known = {f.name for f in fields(cls)}
-        if not isinstance(data, Mapping):
-            raise SpecValidationError(entity, "<root>", type(data).__name__, "a JSON object of LLM spec fields")
-        unknown = sorted((k for k in data if k not in known), key=str)
-        if unknown:
-            raise SpecValidationError(entity, unknown[0], data[unknown[0]], f"one of the LLM fields: {', '.join(sorted(known))}")
-        missing = [f.name for f in fields(cls) if f.name not in data and f.default is dataclass_missing()]
-        if missing:
-            raise SpecValidationError(entity, missing[0], None, f"a value (required LLM fields: {', '.join(missing)})")
-        return _with_entity(cls, data, entity, "LLM")
+        return from_mapping(cls, data, entity, "LLM")
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def from_mapping(cls: Any, data: Any, entity: str, kind: str) -> Any:
+    """Construct the spec dataclass ``cls`` from a mapping: non-mappings, unknown keys and missing
+    required fields are refused with a SpecValidationError naming the field."""
+    if not isinstance(data, Mapping):
+        raise SpecValidationError(entity, "<root>", type(data).__name__, f"a JSON object of {kind} spec fields")
+    known = {f.name for f in fields(cls)}
+    unknown = sorted((k for k in data if k not in known), key=str)
+    if unknown:
+        raise SpecValidationError(entity, unknown[0], data[unknown[0]],
+                                  f"one of the {kind} fields: {', '.join(sorted(known))}")
+    missing = [f.name for f in fields(cls) if f.name not in data and f.default is dataclass_missing()]
+    if missing:
+        raise SpecValidationError(entity, missing[0], None, f"a value (required {kind} fields: {', '.join(missing)})")
+    return _with_entity(cls, data, entity, kind)
 
 
 def _with_entity(cls: Any, data: Mapping[str, Any], entity: str, default: str) -> Any:

@@ -5,7 +5,7 @@ return how many groups they averaged over.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -60,6 +60,20 @@ def _group_index(keys: Sequence[str]) -> dict[str, np.ndarray]:
     return out
 
 
+def _item_means(measured: np.ndarray, predicted: np.ndarray, groups: Sequence[str],
+                items: Sequence[str]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Per group with >= 2 distinct items: (measured, predicted) means per item, items in sorted order."""
+    y = np.asarray(measured, dtype=np.float64)
+    p = np.asarray(predicted, dtype=np.float64)
+    items = np.asarray(items, dtype=object)
+    for _, idx in _group_index(groups).items():
+        names = sorted(set(items[idx].tolist()))
+        if len(names) < 2:
+            continue
+        yield (np.array([y[idx][items[idx] == nm].mean() for nm in names]),
+               np.array([p[idx][items[idx] == nm].mean() for nm in names]))
+
+
 def mean_group_kendall(measured: np.ndarray, predicted: np.ndarray, groups: Sequence[str],
                        items: Sequence[str]) -> tuple[float, int]:
     """Mean Kendall tau-b of the ranking of ``items`` within each group, and the number of groups used.
@@ -67,16 +81,8 @@ def mean_group_kendall(measured: np.ndarray, predicted: np.ndarray, groups: Sequ
     Within a group, several rows of the same item (e.g. repeated runs) are averaged first. Groups
     with fewer than 2 distinct items, or where tau is undefined (a constant ranking), are skipped.
     """
-    y = np.asarray(measured, dtype=np.float64)
-    p = np.asarray(predicted, dtype=np.float64)
-    items = np.asarray(items, dtype=object)
     taus = []
-    for _, idx in _group_index(groups).items():
-        names = sorted(set(items[idx].tolist()))
-        if len(names) < 2:
-            continue
-        ym = np.array([y[idx][items[idx] == nm].mean() for nm in names])
-        pm = np.array([p[idx][items[idx] == nm].mean() for nm in names])
+    for ym, pm in _item_means(measured, predicted, groups, items):
         t = kendall_tau_b(ym, pm)
         if np.isfinite(t):
             taus.append(t)
@@ -91,26 +97,18 @@ def top_k_pick(measured: np.ndarray, predicted: np.ndarray, groups: Sequence[str
     skipped. Returns ``{"top1": .., "top3": .., "groups": n, "mean_items": ..}``; note that top-k is
     1 by construction in groups with at most k items (``groups_more_than_k`` says how many are not).
     """
-    y = np.asarray(measured, dtype=np.float64)
-    p = np.asarray(predicted, dtype=np.float64)
-    items = np.asarray(items, dtype=object)
     hits = {k: 0 for k in ks}
     bigger = {k: 0 for k in ks}
     sizes = []
     n = 0
-    for _, idx in _group_index(groups).items():
-        names = sorted(set(items[idx].tolist()))
-        if len(names) < 2:
-            continue
-        ym = np.array([y[idx][items[idx] == nm].mean() for nm in names])
-        pm = np.array([p[idx][items[idx] == nm].mean() for nm in names])
+    for ym, pm in _item_means(measured, predicted, groups, items):
         best = int(np.argmin(ym))
         order = np.argsort(pm, kind="stable")
         n += 1
-        sizes.append(len(names))
+        sizes.append(len(ym))
         for k in ks:
             hits[k] += int(best in order[:k].tolist())
-            bigger[k] += int(len(names) > k)
+            bigger[k] += int(len(ym) > k)
     out: dict[str, float | int] = {}
     for k in ks:
         out[f"top{k}"] = hits[k] / n if n else float("nan")

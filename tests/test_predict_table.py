@@ -1,0 +1,36 @@
+"""predict_table: the array form of predict_specs gives the same numbers, NaN + message for bad rows."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from wattgpu import Predictor, Workload
+from wattgpu.predictor import TABLE_FIELDS
+
+
+def test_table_equals_prediction_fields_and_reports_bad_rows() -> None:
+    pred = Predictor()
+    cat = pred.catalog
+    llm = cat.llm("meta-llama/Llama-3.1-8B-Instruct")
+    big = cat.llm("meta-llama/Llama-3.1-70B-Instruct")
+    rows = [(cat.gpu("A30"), llm, Workload()),
+            (cat.gpu("L4"), big, Workload()),  # does not fit
+            (cat.gpu("H100"), llm, Workload(kind="server", qps=0.3)),
+            (cat.gpu("A10"), llm, Workload(kind="closed_loop", concurrency=4))]
+    table = pred.predict_table(rows)
+    objs = pred.predict_specs_safe(rows)
+    for k, obj in enumerate(objs):
+        if isinstance(obj, Exception):
+            assert table["error"][k] == str(obj) and "does not fit" in table["error"][k]
+            assert all(math.isnan(table[f][k]) for f in TABLE_FIELDS)
+            continue
+        assert table["error"][k] is None
+        for f in TABLE_FIELDS:
+            assert table[f][k] == getattr(obj, f), f  # identical, not approximately equal
+    assert isinstance(table["power_w"], np.ndarray) and len(table["error"]) == 4
+
+
+def test_empty_table() -> None:
+    table = Predictor().predict_table([])
+    assert table["error"] == [] and all(len(table[f]) == 0 for f in TABLE_FIELDS)

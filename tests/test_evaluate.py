@@ -206,3 +206,24 @@ def test_load_watt_counts_for_catalog_synthetic(tmp_path):
         catalog.gpu(g), catalog.llm(m)
     both = load_training_records(REPO / "data", wc)
     assert (both["source"] == "watt_counts").sum() == len(rec)
+
+
+def test_fit_with_watt_counts_learns_server_power(tmp_path):
+    """`fit --watt-counts` on a SYNTHETIC file in the paper's schema: the exported models know server
+    rows, so server power is predicted by the learned model instead of the idle/busy mix."""
+    import json as _json
+
+    from wattgpu import Predictor, Workload
+    from wattgpu_train.cli import main as train_main
+
+    wc = make_synthetic_watt_counts(tmp_path / "watt_counts_subset.csv")  # synthetic test fixture
+    out = tmp_path / "models"
+    res = CliRunner().invoke(train_main, ["fit", "--watt-counts", str(wc), "--out", str(out), "--no-intervals",
+                                          "--specs", str(REPO / "specs.json"), "--data-dir", str(REPO / "data")])
+    assert res.exit_code == 0, res.output
+    schema = _json.loads((out / "feature_schema.json").read_text())
+    assert "server" in schema["domain"]["kinds"]
+    assert "watt_counts" in schema["training"]["targets"]["power"]["sources"]
+    pred = Predictor(model_dir=out)
+    p = pred.predict("meta-llama/Llama-3.1-8B-Instruct", "NVIDIA A30", Workload(kind="server", qps=0.33))
+    assert p.power_method.startswith("learned") and p.power_w > 0

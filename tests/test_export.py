@@ -40,6 +40,17 @@ def test_export_writes_models_schema_and_catalog(tmp_path, small_fit) -> None:
     assert (tmp_path / "specs.json").read_bytes() == (REPO / "specs.json").read_bytes()
     meta = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).get_modelmeta().custom_metadata_map
     assert meta["wattgpu.features"] == ",".join(recipe.features) and meta["wattgpu.target"] == "power"
+    assert json.loads(meta["wattgpu.producer"])["xgboost"] and meta["wattgpu.catalog_sha256"] == schema["catalog"]["sha256"]
+
+
+def test_packaged_onnx_metadata_carries_schema_facts() -> None:
+    schema = json.loads((MODELS / "feature_schema.json").read_text())
+    for target, m in schema["models"].items():
+        meta = ort.InferenceSession(str(MODELS / m["file"]), providers=["CPUExecutionProvider"]
+                                    ).get_modelmeta().custom_metadata_map
+        assert meta["wattgpu.schema_version"] == str(schema["schema_version"])
+        assert json.loads(meta["wattgpu.producer"]) == schema["producer"]
+        assert json.loads(meta["wattgpu.training"]) == schema["training"]["targets"][target]
 
 
 def test_parity_gate_refuses_a_model_that_disagrees(tmp_path, small_fit, monkeypatch) -> None:

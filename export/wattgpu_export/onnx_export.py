@@ -91,7 +91,9 @@ def export_models(*, recipe_name: str, models: Mapping[str, Any], matrices: Mapp
         onx = convert(fitted.booster, len(rec.features))
         stamp(onx, {"wattgpu.schema_version": str(SCHEMA_VERSION), "wattgpu.target": target,
                     "wattgpu.recipe": recipe_name, "wattgpu.transform": rec.transform,
-                    "wattgpu.features": ",".join(rec.features), "wattgpu.catalog_sha256": catalog_sha})
+                    "wattgpu.features": ",".join(rec.features), "wattgpu.catalog_sha256": catalog_sha,
+                    "wattgpu.producer": json.dumps(producer_versions(), sort_keys=True),
+                    "wattgpu.training": json.dumps(training.get("targets", {}).get(target, {}), sort_keys=True)})
         data = onx.SerializeToString()
         parity[target] = parity_gate(data, fitted.booster, matrices[target], target)
         fname = f"{target}.onnx"

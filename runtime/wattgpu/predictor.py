@@ -265,10 +265,10 @@ class Predictor:
         busy = np.ones(len(sub))
         tokens_per_s = batch / itl
         server = np.array([w.kind == "server" for _, _, w in sub])
-        server_rows = [k for k in np.flatnonzero(server)] if not server_learned else []
+        server_rows = list(np.flatnonzero(server))
         mix: dict[int, dict[str, Any]] = {}
         if server_rows:
-            mixed = self._server_mix([sub[k] for k in server_rows])
+            mixed = self._server_mix([sub[k] for k in server_rows], learned=server_learned)
             mix = {int(k): mixed[j] for j, k in enumerate(server_rows)}
             for k, m in mix.items():
                 power[k], itl[k], busy[k], batch[k] = m["power"], m["itl"], m["busy"], m["batch"]
@@ -302,33 +302,43 @@ class Predictor:
             res[target] = inverse(m.transform, learned.astype(np.float64), cols)
         return res
 
-    def _server_mix(self, triples: Sequence[tuple[GpuSpec, LlmSpec, Workload]]) -> dict[int, dict[str, Any]]:
-        """Poisson server without learned server power (see :mod:`physics`): solve Little's law
-        L = λ·(prefill + output tokens × ITL at the busy batch), then mean power = idle + (1 − e^−L) ×
-        (learned busy power − idle). The learned models are evaluated as a closed loop at the busy batch."""
+    def _server_mix(self, triples: Sequence[tuple[GpuSpec, LlmSpec, Workload]],
+                    learned: bool = False) -> dict[int, dict[str, Any]]:
+        """Poisson server: solve Little's law L = λ·(prefill + output tokens × ITL(L)) (see :mod:`physics`).
+
+        Without server rows in training the models are evaluated as a closed loop at the busy batch and
+        mean power = idle + (1 − e^−L) × (learned busy power − idle). With server rows (``learned``) they
+        are evaluated as the server workload at concurrency L, exactly as the training rows were
+        described, and the learned power is the mean power."""
         qps = np.array([w.qps for _, _, w in triples], dtype=np.float64)
         out_tok = np.array([w.output_tokens for _, _, w in triples], dtype=np.float64)
         state: dict[str, Any] = {}
 
         def request_time(conc: np.ndarray) -> np.ndarray:
             batch = physics.busy_batch(conc)
-            wl = [replace(w, kind="closed_loop", qps=None, concurrency=float(b)) for (_, _, w), b in zip(triples, batch)]
+            if learned:
+                wl = [replace(w, concurrency=float(c)) for (_, _, w), c in zip(triples, np.maximum(conc, 1e-3))]
+            else:
+                wl = [replace(w, kind="closed_loop", qps=None, concurrency=float(b)) for (_, _, w), b in zip(triples, batch)]
             cols = F.columns([(g, m, x) for (g, m, _), x in zip(triples, wl)])
             step = self._evaluate(cols)
             prefill = physics.compute_latency_s(cols["llm_active_params_b"], cols["gpu_fp16_tflops"]) * cols["wl_input_tokens"]
-            state.update(res=step, batch=batch, request_s=prefill + out_tok * step["itl"])
+            state.update(res=step, batch=cols["eff_batch"] if learned else batch,
+                         request_s=prefill + out_tok * step["itl"])
             return state["request_s"]
 
         conc, converged = physics.solve_server_concurrency(qps, request_time, iters=SERVER_FIXED_POINT_ITERS)
-        request_time(conc)  # the busy-state predictions at the solved concurrency
+        request_time(conc)  # the predictions at the solved concurrency
         res, batch = state["res"], state["batch"]
         idle, sources = zip(*(idle_power(g) for g, _, _ in triples))
-        power = physics.server_power_mix(np.array(idle), res["power"], conc)
         busy = physics.busy_fraction(conc)
+        power = res["power"] if learned else physics.server_power_mix(np.array(idle), res["power"], conc)
         return {k: {"power": float(power[k]), "itl": float(res["itl"][k]), "busy": float(busy[k]),
                     "busy_power": float(res["power"][k]), "concurrency": float(conc[k]), "batch": float(batch[k]),
-                    "request_s": float(state["request_s"][k]), "idle_w": float(idle[k]), "idle_source": sources[k],
-                    "idle_estimated": triples[k][0].idle_power_w is None, "converged": bool(converged[k])}
+                    "request_s": float(state["request_s"][k]), "idle_w": None if learned else float(idle[k]),
+                    "idle_source": None if learned else sources[k], "learned": learned,
+                    "idle_estimated": not learned and triples[k][0].idle_power_w is None,
+                    "converged": bool(converged[k])}
                 for k in range(len(triples))}
 
     def _assemble(self, i: int, triple: tuple[GpuSpec, LlmSpec, Workload], cols: F.Columns,
@@ -357,7 +367,8 @@ class Predictor:
         batch, tokens_per_s = float(core["effective_batch"][i]), float(core["throughput_tok_s"][i])
         if mix is not None:
             idle_w, idle_src = mix["idle_w"], mix["idle_source"]
-            method = "server mix: idle + busy fraction × (learned busy power − idle)"
+            method = ("learned (server rows in training)" if mix["learned"]
+                      else "server mix: idle + busy fraction × (learned busy power − idle)")
             if mix["idle_estimated"]:
                 warnings.append(f"idle power of {gpu.name} estimated as {IDLE_FRACTION_OF_TDP:.0%} of TDP "
                                 "(no measured figure in the catalog)")

@@ -47,22 +47,8 @@ WATT_COUNTS_COLUMNS: tuple[str, ...] = (
     "request_generation_tokens",
     "request_prompt_tokens",
 )
-LIST_COLUMNS: tuple[str, ...] = (
-    "time_to_first_token_seconds_events",
-    "e2e_request_latency_seconds_events",
-    "request_generation_tokens",
-    "request_prompt_tokens",
-)
-NUMERIC_COLUMNS: tuple[str, ...] = (
-    "lambda_qps",
-    "generation_tokens_total",
-    "measurement_duration",
-    "gpu_energy",
-    "gpu_0_power_draw_watts_mean",
-    "gpu_0_power_draw_watts_min",
-    "gpu_0_power_draw_watts_max",
-    "gpu_0_power_draw_watts_std",
-)
+LIST_COLUMNS: tuple[str, ...] = WATT_COUNTS_COLUMNS[-4:]  # Python-style lists, one value per request
+NUMERIC_COLUMNS: tuple[str, ...] = WATT_COUNTS_COLUMNS[2:-4]  # lambda_qps … gpu_0_power_draw_watts_std
 
 SOURCE = "watt_counts"
 # Notebook: lambda_qps below this is server_low (0.017 qps), above it server_high (0.33 qps).

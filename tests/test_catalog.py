@@ -75,6 +75,8 @@ def test_llm_params_and_fields() -> None:
     ("Tesla V100-SXM2-32GB", "NVIDIA Tesla V100 SXM2 32GB"),  # Watt Counts gpu_type
     ("NVIDIA H200", "NVIDIA H200 SXM 141GB"),
     ("l40s", "NVIDIA L40S"),
+    ("A100 SXM4 40GB", "NVIDIA A100 SXM4 40GB"),  # catalog name without the vendor prefix
+    ("V100 SXM2 32GB", "NVIDIA Tesla V100 SXM2 32GB"),
 ])
 def test_gpu_lookup_by_alias_is_case_insensitive(query: str, expected: str) -> None:
     assert default_catalog().gpu(query).name == expected

@@ -293,6 +293,18 @@ def _norm(name: str) -> str:
     return " ".join(name.lower().replace("_", " ").split())
 
 
+_VENDOR_PREFIXES = ("nvidia ", "tesla ")
+
+
+def _norm_gpu(name: str) -> str:
+    """GPU lookup key: normalised, without a leading "NVIDIA"/"Tesla" (so "A100 SXM4 40GB" matches)."""
+    key = _norm(name)
+    for prefix in _VENDOR_PREFIXES:
+        if key.startswith(prefix):
+            key = key[len(prefix):]
+    return key
+
+
 @dataclass(frozen=True)
 class Catalog:
     """The versioned catalog of GPUs and LLMs with case-insensitive name/alias lookup."""
@@ -307,7 +319,7 @@ class Catalog:
     def __post_init__(self) -> None:
         for g in self.gpus:
             for key in (g.name, *g.aliases):
-                self._gpu_index.setdefault(_norm(key), g)
+                self._gpu_index.setdefault(_norm_gpu(key), g)
         for m in self.llms:
             self._llm_index.setdefault(_norm(m.name), m)
             short = m.name.split("/", 1)[-1]
@@ -327,7 +339,7 @@ class Catalog:
 
     def find_gpu(self, name: str) -> GpuSpec | None:
         """The GPU whose name or alias matches ``name`` (case-insensitive), or None."""
-        return self._gpu_index.get(_norm(name))
+        return self._gpu_index.get(_norm_gpu(name))
 
     def find_llm(self, name: str) -> LlmSpec | None:
         """The supported LLM whose id matches ``name`` (case-insensitive), or None."""
@@ -335,9 +347,9 @@ class Catalog:
 
     def gpu(self, name: str) -> GpuSpec:
         """Find a GPU by name or alias (case-insensitive); unknown names raise with close matches."""
-        hit = self._gpu_index.get(_norm(name))
+        hit = self._gpu_index.get(_norm_gpu(name))
         if hit is None:
-            raise UnknownEntityError("GPU", name, self._suggest(name, self._gpu_index))
+            raise UnknownEntityError("GPU", name, self._suggest(_norm_gpu(name), self._gpu_index))
         return hit
 
     def llm(self, name: str) -> LlmSpec:

@@ -34,3 +34,16 @@ def test_table_equals_prediction_fields_and_reports_bad_rows() -> None:
 def test_empty_table() -> None:
     table = Predictor().predict_table([])
     assert table["error"] == [] and all(len(table[f]) == 0 for f in TABLE_FIELDS)
+
+
+def test_rows_next_to_failing_rows_equal_rows_alone() -> None:
+    """Columns of good rows are taken from the whole batch's columns; that must equal computing them alone."""
+    pred = Predictor()
+    cat = pred.catalog
+    llm = cat.llm("meta-llama/Llama-3.1-8B-Instruct")
+    rows = [(g, llm, Workload()) for g in cat.gpus]  # some 16 GB GPUs do not fit
+    mixed = pred.predict_specs_safe(rows)
+    assert any(isinstance(r, Exception) for r in mixed) and any(not isinstance(r, Exception) for r in mixed)
+    for row, got in zip(rows, mixed):
+        if not isinstance(got, Exception):
+            assert pred.predict_specs([row])[0] == got

@@ -212,7 +212,7 @@ class Predictor:
         if not good:
             return results  # type: ignore[return-value]
         sub = [triples[i] for i in good]
-        cols, core, mix = self._core(sub, all_cols if len(good) == len(triples) else None)
+        cols, core, mix = self._core(sub, _take(all_cols, good, len(triples)))
         memo: dict[Any, Any] = {}  # per call: domain warnings and workload dicts of repeated specs
         for k, i in enumerate(good):
             try:
@@ -234,7 +234,7 @@ class Predictor:
         errors, all_cols = self._check_rows(triples) if n else ([], {})
         good = np.array([i for i, e in enumerate(errors) if e is None], dtype=np.intp)
         if good.size:
-            _, core, _ = self._core([triples[i] for i in good], all_cols if good.size == n else None)
+            _, core, _ = self._core([triples[i] for i in good], _take(all_cols, good, n))
             bad = core["not_finite"]
             for k in TABLE_FIELDS:
                 table[k][good] = np.where(bad, np.nan, core[k])
@@ -394,6 +394,14 @@ class Predictor:
             power_intervals=_intervals(self._factors.get("power", ()), power, cap=gpu.tdp_w),
             itl_intervals=_intervals(self._factors.get("itl", ()), itl), baselines=baselines,
             warnings=tuple(warnings))
+
+
+def _take(cols: F.Columns, rows: Sequence[int] | np.ndarray, n: int) -> F.Columns:
+    """The columns of the given rows (features are row-wise, so this equals recomputing them)."""
+    if len(rows) == n:
+        return cols
+    idx = np.asarray(rows, dtype=np.intp)
+    return {k: v[idx] for k, v in cols.items()}
 
 
 TABLE_FIELDS = ("power_w", "itl_s", "system_s_per_token", "throughput_tok_s", "energy_per_token_j",

@@ -3,7 +3,6 @@ dataset, and the two CLI commands end to end (evaluate --quick on data/, reprodu
 SYNTHETIC Watt Counts file)."""
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 

@@ -28,8 +28,6 @@ from .workload import Workload
 
 IDLE_FRACTION_OF_TDP = 0.15  # estimate used only when the catalog has no measured idle power
 SERVER_FIXED_POINT_ITERS = 30
-GpuLike = "str | os.PathLike[str] | GpuSpec"
-LlmLike = "str | os.PathLike[str] | LlmSpec"
 
 
 def _sha256(data: bytes) -> str:

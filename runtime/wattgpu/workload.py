@@ -1,7 +1,7 @@
 """Workload description: how requests reach the engine (offline batch, Poisson server, closed loop)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
 from .errors import SpecValidationError
@@ -92,9 +92,6 @@ class Workload:
     def context_tokens(self) -> int:
         """Tokens a sequence holds in the KV cache at its end (prompt + generated)."""
         return self.input_tokens + self.output_tokens
-
-    def with_concurrency(self, concurrency: float) -> "Workload":
-        return replace(self, concurrency=concurrency)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Workload":

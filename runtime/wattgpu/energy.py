@@ -34,9 +34,11 @@ def check_prices(usd_per_kwh: float | None, gco2_per_kwh: float | None, pue: flo
     _check("pue", pue, 1.0, 5.0)
 
 
-def energy_figures(power_w: float, s_per_token: float, output_tokens: int, usd_per_kwh: float | None = None,
+def energy_figures(power_w: Any, s_per_token: Any, output_tokens: Any, usd_per_kwh: float | None = None,
                    gco2_per_kwh: float | None = None, pue: float = 1.0) -> dict[str, Any]:
     """Energy per token/request, kWh per million tokens and (when priced) $ and gCO2e per million tokens.
+
+    Works elementwise on floats or numpy arrays (the predictor's vectorised core uses it too).
 
     Keys: ``j_per_token``, ``j_per_request``, ``wh_per_request``, ``kwh_per_mtok``, ``usd_per_mtok``,
     ``gco2_per_mtok`` (the last two None unless a price/intensity is given), ``pue``.

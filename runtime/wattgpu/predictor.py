@@ -19,6 +19,7 @@ import numpy as np
 
 from . import features as F
 from . import physics
+from .energy import energy_figures
 from .errors import ArtifactError, ModelFitError, UnsupportedModelError, WattGPUError
 from .prediction import Interval, Prediction
 from .schema import SCHEMA_FILE, FeatureSchema, ModelSchema
@@ -276,10 +277,10 @@ class Predictor:
             not_finite = ~(np.isfinite(power) & np.isfinite(itl) & (power > 0) & (itl > 0) & (tokens_per_s > 0))
             capped = np.minimum(power, tdp)
             s_per_tok = 1.0 / tokens_per_s
-            e_tok = capped * s_per_tok
+            energy = energy_figures(capped, s_per_tok, cols["wl_output_tokens"])
         core = {"power_w": capped, "raw_power_w": power, "itl_s": itl, "effective_batch": batch,
                 "busy_fraction": busy, "throughput_tok_s": tokens_per_s, "system_s_per_token": s_per_tok,
-                "energy_per_token_j": e_tok, "energy_per_request_j": e_tok * cols["wl_output_tokens"],
+                "energy_per_token_j": energy["j_per_token"], "energy_per_request_j": energy["j_per_request"],
                 "not_finite": not_finite, "server_learned": server & server_learned}
         return cols, core, mix
 

@@ -104,7 +104,7 @@ import resource, sys, time
 t0 = time.perf_counter()
 import wattgpu
 t1 = time.perf_counter()
-p = wattgpu.predict({llm!r}, {gpu!r})
+p = wattgpu.predict({gpu!r}, {llm!r})
 t2 = time.perf_counter()
 assert p.power_w > 0
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -160,10 +160,10 @@ def _timed_calls(fn: Callable[[], Any], n: int) -> list[float]:
 
 def bench_one_prediction(predictor: Any, llm: str, gpu: str, pairs: list[tuple[str, str]], repeats: int,
                          calls: int) -> dict[str, Any]:
-    predictor.predict(llm, gpu)
+    predictor.predict(gpu, llm)
     p50, p99, varied = [], [], []
     for _ in range(repeats):
-        ts = sorted(_timed_calls(lambda: predictor.predict(llm, gpu), calls))
+        ts = sorted(_timed_calls(lambda: predictor.predict(gpu, llm), calls))
         p50.append(percentile(ts, 50) * 1e6)
         p99.append(percentile(ts, 99) * 1e6)
         it = iter(pairs * (calls // len(pairs) + 1))
@@ -489,10 +489,10 @@ def main(argv: list[str] | None = None) -> int:
     for m in cat.llms:
         for g in cat.gpus:
             try:
-                predictor.predict(m, g)
+                predictor.predict(g, m)
             except WattGPUError:
                 continue
-            pairs.append((m.name, g.name))
+            pairs.append((g.name, m.name))
     step = max(1, len(pairs) // 200)
     pairs = pairs[::step]
 

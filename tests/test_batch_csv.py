@@ -41,10 +41,10 @@ def test_skip_reports_lines_and_writes_error_column(tmp_path):
     assert out[0]["error"] == "" and out[4]["error"] == ""
     assert "does not fit" in out[1]["error"] and "Unknown GPU" in out[2]["error"] and "output_tokens" in out[3]["error"]
     # same numbers as the API
-    api = wattgpu.predict(LLM, "NVIDIA A30", kind="server", qps=0.017)
+    api = wattgpu.predict("NVIDIA A30", LLM, kind="server", qps=0.017)
     assert float(out[0]["power_w"]) == pytest.approx(api.power_w)
     assert float(out[0]["kwh_per_mtok"]) == pytest.approx(api.energy_per_token_j / 3.6)
-    api_l4 = wattgpu.predict(LLM, "NVIDIA L4", output_tokens=128)
+    api_l4 = wattgpu.predict("NVIDIA L4", LLM, output_tokens=128)
     assert float(out[4]["itl_s"]) == pytest.approx(api_l4.itl_s)
 
 

@@ -32,7 +32,7 @@ def test_done_when_example_is_plausible(a30_json: dict) -> None:
 
 
 def test_cli_and_api_agree_exactly(a30_json: dict) -> None:
-    api = wattgpu.predict(LLAMA, "NVIDIA A30").to_dict()
+    api = wattgpu.predict("NVIDIA A30", LLAMA).to_dict()
     assert json.loads(json.dumps(api)) == a30_json
 
 

@@ -224,5 +224,5 @@ def test_fit_with_watt_counts_learns_server_power(tmp_path):
     assert "server" in schema["domain"]["kinds"]
     assert "watt_counts" in schema["training"]["targets"]["power"]["sources"]
     pred = Predictor(model_dir=out)
-    p = pred.predict("meta-llama/Llama-3.1-8B-Instruct", "NVIDIA A30", Workload(kind="server", qps=0.33))
+    p = pred.predict("NVIDIA A30", "meta-llama/Llama-3.1-8B-Instruct", Workload(kind="server", qps=0.33))
     assert p.power_method.startswith("learned") and p.power_w > 0

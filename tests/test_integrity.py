@@ -31,7 +31,7 @@ def models(tmp_path):
 
 
 def _predict(d: Path):
-    return Predictor(model_dir=d).predict(LLM, "NVIDIA H100 SXM5 80GB", Workload())
+    return Predictor(model_dir=d).predict("NVIDIA H100 SXM5 80GB", LLM, Workload())
 
 
 def _edit_schema(d: Path, fn) -> None:
@@ -41,7 +41,7 @@ def _edit_schema(d: Path, fn) -> None:
 
 
 def test_pristine_copy_predicts_like_the_package(models):
-    assert _predict(models).power_w == wattgpu.predict(LLM, "NVIDIA H100 SXM5 80GB").power_w
+    assert _predict(models).power_w == wattgpu.predict("NVIDIA H100 SXM5 80GB", LLM).power_w
 
 
 def test_hashes_in_schema_match_shipped_files():
@@ -132,7 +132,7 @@ def test_consistently_edited_invalid_catalog_is_an_artifact_error(models):
 
 def test_missing_model_dir():
     with pytest.raises(ArtifactError, match="feature_schema.json"):
-        Predictor(model_dir="/nonexistent/wattgpu-models").predict(LLM, "H100")
+        Predictor(model_dir="/nonexistent/wattgpu-models").predict("H100", LLM)
 
 
 def test_cli_exits_3_on_tampered_package(tmp_path):

@@ -39,11 +39,11 @@ def test_everything_offline(no_network, tmp_path):
     llm = next(m.name for m in cat.llms if m.total_params_b < 10)
     # a fresh predictor so onnxruntime sessions and the catalog are created under the guard
     pred = Predictor()
-    p = pred.predict(llm, "NVIDIA A100 SXM4 40GB", Workload(kind="server", qps=0.5))
+    p = pred.predict("NVIDIA A100 SXM4 40GB", llm, Workload(kind="server", qps=0.5))
     assert p.power_w > 0
-    rows = pred.predict_many([(llm, "H100", None), (llm, "A10", Workload(kind="closed_loop", concurrency=4))])
+    rows = pred.predict_many([("H100", llm, None), ("A10", llm, Workload(kind="closed_loop", concurrency=4))])
     assert len(rows) == 2
-    assert wattgpu.predict(llm, "H100").itl_s > 0
+    assert wattgpu.predict("H100", llm).itl_s > 0
     ranked = wattgpu.rank(llm, Workload(kind="server", qps=0.017), max_itl_ms=50, predictor=pred)
     assert ranked.candidates and all(c.power_w > 0 for c in ranked.candidates)
 
@@ -54,7 +54,7 @@ def test_everything_offline(no_network, tmp_path):
                                "vocab_size": 32000, "_name_or_path": "acme/offline-7b"}))
     spec = load_llm_file(cfg.parent)
     assert spec.name == "acme/offline-7b"
-    assert pred.predict(str(cfg), "H100").llm == "acme/offline-7b"
+    assert pred.predict("H100", str(cfg)).llm == "acme/offline-7b"
 
     from wattgpu.cli import main
     r = CliRunner().invoke(main, ["predict", "--llm", str(cfg), "--gpu", "H100", "--json"], standalone_mode=True)

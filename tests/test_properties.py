@@ -149,7 +149,7 @@ def _check(gpu_data, llm_builder, wl_data) -> None:
         wl = Workload.from_dict(wl_data)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            p = PRED.predict(llm, gpu, wl)
+            p = PRED.predict(gpu, llm, wl)
     except WattGPUError as exc:
         assert str(exc) and "\n" not in str(exc)
         event(f"refused: {type(exc).__name__}")

@@ -126,8 +126,8 @@ def test_predict_specs_safe_returns_per_row_errors():
 
 
 def test_idle_source_measured_vs_estimated():
-    h200 = wattgpu.predict(LLM, "NVIDIA H200 SXM 141GB", SERVER)
-    a30 = wattgpu.predict(LLM, "NVIDIA A30", SERVER)
+    h200 = wattgpu.predict("NVIDIA H200 SXM 141GB", LLM, SERVER)
+    a30 = wattgpu.predict("NVIDIA A30", LLM, SERVER)
     assert h200.idle_power_source.startswith("measured:") and h200.idle_power_w == 80.3
     assert a30.idle_power_source.startswith("estimated:") and a30.idle_power_w == pytest.approx(0.15 * 165)
     assert not any("estimated as" in w for w in h200.warnings)
@@ -140,8 +140,8 @@ def test_idle_source_measured_vs_estimated():
 
 def test_learned_server_path_is_kept():
     p = Predictor()
-    p._schema = replace(p.schema, domain={**p.schema.domain, "kinds": [*p.schema.domain["kinds"], "server"]})
-    out = p.predict(LLM, "NVIDIA A30", SERVER)
+    p.bundle._schema = replace(p.schema, domain={**p.schema.domain, "kinds": [*p.schema.domain["kinds"], "server"]})
+    out = p.predict("NVIDIA A30", LLM, SERVER)
     assert out.power_method == "learned (server rows in training)"
     assert out.idle_power_w is None
 

@@ -11,8 +11,8 @@ HEAVY = ("xgboost", "pandas", "onnx", "onnxmltools", "sklearn", "click", "skl2on
 def test_predict_imports_only_numpy_and_onnxruntime() -> None:
     code = (
         "import sys, json, wattgpu\n"
-        "p = wattgpu.predict('meta-llama/Llama-3.1-8B-Instruct', 'NVIDIA A30')\n"
-        "wattgpu.Predictor().predict('Qwen/Qwen2.5-7B-Instruct', 'L40S', wattgpu.Workload(kind='server', qps=0.3))\n"
+        "p = wattgpu.predict('NVIDIA A30', 'meta-llama/Llama-3.1-8B-Instruct')\n"
+        "wattgpu.Predictor().predict('L40S', 'Qwen/Qwen2.5-7B-Instruct', wattgpu.Workload(kind='server', qps=0.3))\n"
         f"print(json.dumps({{m: m in sys.modules for m in {HEAVY!r}}}))\n"
         "print(json.dumps({'ort': 'onnxruntime' in sys.modules, 'power': p.power_w}))\n"
     )

@@ -127,16 +127,16 @@ def test_workload_from_dict_and_engine_aliases():
 
 
 @pytest.mark.parametrize("call", [
-    lambda: wattgpu.predict(LLM_NAME, 5),
-    lambda: wattgpu.predict(LLM_NAME, None),
-    lambda: wattgpu.predict(None, "H100"),
-    lambda: wattgpu.predict(LLM_NAME, "H100", workload=42),
-    lambda: wattgpu.predict(LLM_NAME, "H100", workload={"kind": "nope"}),
-    lambda: wattgpu.predict(LLM_NAME, "H100", batch=4),
-    lambda: wattgpu.predict(LLM_NAME, "H100", Workload(), kind="offline"),
-    lambda: wattgpu.predict(LLM_NAME, "no such gpu"),
-    lambda: wattgpu.predict("no/such-llm", "H100"),
-    lambda: wattgpu.predict(LLM_NAME, "x" * 100_000),
+    lambda: wattgpu.predict(5, LLM_NAME),
+    lambda: wattgpu.predict(None, LLM_NAME),
+    lambda: wattgpu.predict("H100", None),
+    lambda: wattgpu.predict("H100", LLM_NAME, workload=42),
+    lambda: wattgpu.predict("H100", LLM_NAME, workload={"kind": "nope"}),
+    lambda: wattgpu.predict("H100", LLM_NAME, batch=4),
+    lambda: wattgpu.predict("H100", LLM_NAME, Workload(), kind="offline"),
+    lambda: wattgpu.predict("no such gpu", LLM_NAME),
+    lambda: wattgpu.predict("H100", "no/such-llm"),
+    lambda: wattgpu.predict("x" * 100_000, LLM_NAME),
     lambda: wattgpu.predict_many(5),
     lambda: wattgpu.predict_many("abc"),
     lambda: wattgpu.predict_many([(LLM_NAME,)]),
@@ -151,10 +151,10 @@ def test_api_misuse_is_a_wattgpu_error(call):
 
 def test_unknown_names_suggest_and_stay_short():
     with pytest.raises(UnknownEntityError) as ei:
-        wattgpu.predict(LLM_NAME, "H100 SXM5 80")
+        wattgpu.predict("H100 SXM5 80", LLM_NAME)
     assert "Did you mean" in str(ei.value)
     with pytest.raises(UnknownEntityError) as ei:
-        wattgpu.predict(LLM_NAME, "y" * 100_000)
+        wattgpu.predict("y" * 100_000, LLM_NAME)
     assert len(str(ei.value)) < 300
 
 
@@ -162,16 +162,16 @@ def test_context_beyond_max_position_embeddings_is_a_warning():
     """Decision: allowed with a warning (rope_scaling / YaRN let engines serve longer contexts), not an error."""
     m = next(m for m in CAT.llms if m.max_position_embeddings and m.max_position_embeddings < 16_000
              and m.total_params_b < 10)
-    p = wattgpu.predict(m.name, "NVIDIA H100 SXM5 80GB", input_tokens=m.max_position_embeddings, output_tokens=64)
+    p = wattgpu.predict("NVIDIA H100 SXM5 80GB", m.name, input_tokens=m.max_position_embeddings, output_tokens=64)
     assert any("max_position_embeddings" in w for w in p.warnings)
-    p = wattgpu.predict(m.name, "NVIDIA H100 SXM5 80GB", input_tokens=256, output_tokens=64)
+    p = wattgpu.predict("NVIDIA H100 SXM5 80GB", m.name, input_tokens=256, output_tokens=64)
     assert not any("max_position_embeddings" in w for w in p.warnings)
 
 
 def test_custom_gpu_file_roundtrip_and_errors(tmp_path):
     good = tmp_path / "my_gpu.json"
     good.write_text(json.dumps({**GPU, "name": "My GPU", "aliases": []}))
-    p = wattgpu.predict(LLM_NAME, str(good))
+    p = wattgpu.predict(str(good), LLM_NAME)
     assert p.gpu == "My GPU" and p.power_w > 0
     cases = {
         "unknown.json": ({**GPU, "colour": "green"}, "colour"),
@@ -185,7 +185,7 @@ def test_custom_gpu_file_roundtrip_and_errors(tmp_path):
         f = tmp_path / fname
         f.write_text(json.dumps(content))
         with pytest.raises(WattGPUError) as ei:
-            wattgpu.predict(LLM_NAME, str(f))
+            wattgpu.predict(str(f), LLM_NAME)
         msg = str(ei.value)
         assert needle in msg and "\n" not in msg, msg
         if fname != "array.json":
@@ -196,4 +196,4 @@ def test_config_file_errors_are_config_file_errors(tmp_path):
     bad = tmp_path / "config.json"
     bad.write_text('{"num_hidden_layers": NaN}')
     with pytest.raises(ConfigFileError, match="NaN"):
-        wattgpu.predict(str(bad), "H100")
+        wattgpu.predict("H100", str(bad))

@@ -51,7 +51,7 @@ def test_wheel_installs_and_predicts_in_a_fresh_venv(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr[-2000:]
     code = ("import json, wattgpu, wattgpu.cli;"
             "print(json.dumps({'file': wattgpu.__file__,"
-            " 'p': wattgpu.predict('meta-llama/Llama-3.1-8B-Instruct', 'NVIDIA A30').to_dict()}))")
+            " 'p': wattgpu.predict('NVIDIA A30', 'meta-llama/Llama-3.1-8B-Instruct').to_dict()}))")
     res = subprocess.run([str(py), "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path,
                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
     assert res.returncode == 0, res.stderr[-2000:]

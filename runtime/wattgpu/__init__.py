@@ -1,8 +1,11 @@
 """WattGPU: predict LLM inference power and inter-token latency on NVIDIA GPUs from public metadata.
 
     >>> import wattgpu
-    >>> p = wattgpu.predict("meta-llama/Llama-3.1-8B-Instruct", "NVIDIA A30")
+    >>> p = wattgpu.predict("NVIDIA A30", "meta-llama/Llama-3.1-8B-Instruct")
     >>> p.power_w, p.itl_s
+
+Arguments always come in the order (gpu, llm, workload); the 0.1 order (llm, gpu) is still accepted
+with a DeprecationWarning.
 
 Only numpy and onnxruntime are needed at run time (onnxruntime is imported on first prediction).
 """
@@ -14,6 +17,7 @@ from .errors import (ArtifactError, ConfigFileError, ModelFitError, SpecValidati
                      UnsupportedModelError, WattGPUError)
 from .prediction import Interval, Prediction
 from .predictor import Predictor, default_predictor
+from .resolve import resolve_pair
 from .rank import Excluded, RankEntry, RankResult, rank
 from .specs import Catalog, GpuSpec, LlmSpec, default_catalog
 from .workload import Workload
@@ -26,16 +30,19 @@ __all__ = [
 ]
 
 
-def predict(llm: Any, gpu: Any, workload: Workload | None = None, **workload_fields: Any) -> Prediction:
-    """Predict power and latency of ``llm`` (catalog id, config.json path or LlmSpec) on ``gpu`` (catalog
-    name/alias, spec JSON path or GpuSpec). Workload fields may be given as keywords (``kind="server", qps=0.3``)."""
+def predict(gpu: Any, llm: Any, workload: Workload | None = None, **workload_fields: Any) -> Prediction:
+    """Predict power and latency on ``gpu`` (catalog name/alias, spec JSON path or GpuSpec) of ``llm``
+    (catalog id, config.json path or LlmSpec). Workload fields may be given as keywords
+    (``kind="server", qps=0.3``)."""
     if workload_fields:
         if workload is not None:
             raise WattGPUError("workload: pass either a Workload or keyword fields, not both")
         workload = Workload.from_dict(workload_fields)
-    return default_predictor().predict(llm, gpu, workload)
+    pred = default_predictor()
+    g, m = resolve_pair(pred.catalog, gpu, llm, stacklevel=3)
+    return pred.predict(g, m, workload)
 
 
 def predict_many(rows: Iterable[tuple[Any, Any, Workload | None]]) -> list[Prediction]:
-    """Predict many ``(llm, gpu, workload)`` rows in one vectorised pass."""
+    """Predict many ``(gpu, llm, workload)`` rows in one vectorised pass."""
     return default_predictor().predict_many(rows)

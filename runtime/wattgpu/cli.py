@@ -134,7 +134,7 @@ def predict(llm: str | None, gpu: str | None, as_json: bool, usd_per_kwh: float 
         return
     if llm is None or gpu is None:
         raise WattGPUError("give --llm and --gpu (or --input FILE.csv --output FILE.csv)")
-    pred = default_predictor().predict(llm, gpu, make_workload(**wl))
+    pred = default_predictor().predict(gpu, llm, make_workload(**wl))
     p = pred.to_dict()
     p["energy"] = pred.energy(usd_per_kwh, gco2_per_kwh, pue)
     if as_json:

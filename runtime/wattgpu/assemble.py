@@ -1,0 +1,49 @@
+"""Feature assembly and model evaluation: (GPU, LLM, workload) rows → feature columns → ONNX → W and s."""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+
+from . import features as F
+from .bundle import ModelBundle
+from .specs import GpuSpec, LlmSpec
+from .targets import inverse
+from .workload import Workload
+
+Row = tuple[GpuSpec, LlmSpec, Workload]  # the one order everywhere: (gpu, llm, workload)
+Outputs = dict[str, np.ndarray]  # target ("power", "itl") -> physical values
+Evaluate = Callable[[F.Columns], Outputs]
+
+
+def columns(rows: Sequence[Row]) -> F.Columns:
+    """The raw feature columns of ``rows`` (see :func:`wattgpu.features.columns`)."""
+    return F.columns(rows)
+
+
+def take(cols: F.Columns, rows: Sequence[int] | np.ndarray, n: int) -> F.Columns:
+    """The columns of the given rows (features are row-wise, so this equals recomputing them)."""
+    if len(rows) == n:
+        return cols
+    idx = np.asarray(rows, dtype=np.intp)
+    return {k: v[idx] for k, v in cols.items()}
+
+
+def feature_vectors(bundle: ModelBundle, rows: Sequence[Row]) -> dict[str, np.ndarray]:
+    """The float32 model inputs (schema order) for each target — exactly what onnxruntime receives."""
+    cols = F.columns(rows)
+    return {t: F.matrix(m.feature_names, cols) for t, m in bundle.schema.models.items()}
+
+
+def evaluate(bundle: ModelBundle, cols: F.Columns) -> Outputs:
+    """Run every model of ``bundle`` on ``cols`` and turn its output into physical units."""
+    res = {}
+    matrices: dict[tuple[str, ...], np.ndarray] = {}  # models sharing a feature list share one matrix
+    for target, m in bundle.schema.models.items():
+        names = m.feature_names
+        X = matrices.get(names)
+        if X is None:
+            X = matrices[names] = F.matrix(names, cols)
+        learned = bundle.session(target).run(None, {m.input_name: X})[0].reshape(-1)
+        res[target] = inverse(m.transform, learned.astype(np.float64), cols)
+    return res

@@ -1,0 +1,123 @@
+"""Which rows can be predicted, the warnings each prediction carries, and its calibrated intervals."""
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Mapping, Sequence
+
+from . import features as F
+from . import physics
+from .assemble import Row
+from .errors import ModelFitError, UnsupportedModelError, WattGPUError
+from .prediction import Interval
+from .server import IDLE_FRACTION_OF_TDP
+from .specs import GpuSpec, LlmSpec
+from .workload import Workload
+
+NO_KV_CACHE = {"rnn_rwkv": "a recurrent network", "ssm_mamba": "a pure state-space (Mamba) model"}
+
+
+def describe(value: Any) -> str:
+    """A short repr of a user value for error messages."""
+    shown = repr(value) if not isinstance(value, (str, bytes)) else type(value).__name__
+    return shown if len(shown) <= 60 else shown[:57] + "..."
+
+
+def check_row_types(rows: Sequence[Any]) -> None:
+    """Raise naming the first entry that is not a (GpuSpec, LlmSpec, Workload) tuple."""
+    for k, t in enumerate(rows):
+        if not (isinstance(t, (tuple, list)) and len(t) == 3 and isinstance(t[0], GpuSpec)
+                and isinstance(t[1], LlmSpec) and isinstance(t[2], Workload)):
+            raise WattGPUError(f"triples[{k}]: expected a (GpuSpec, LlmSpec, Workload) tuple, got {describe(t)}")
+
+
+def row_errors(rows: Sequence[Row]) -> tuple[list[WattGPUError | None], F.Columns]:
+    """Type-check the rows (raising) and say which cannot be predicted at all; also returns their
+    feature columns for reuse."""
+    check_row_types(rows)
+    cols = F.columns(rows)
+    return [row_error(t, cols, i) for i, t in enumerate(rows)], cols
+
+
+def row_error(row: Row, cols: F.Columns, i: int) -> WattGPUError | None:
+    """Why row ``i`` cannot be predicted (no KV cache, does not fit in memory), or None."""
+    g, m, w = row
+    if m.arch_class in NO_KV_CACHE:
+        return UnsupportedModelError(f"{m.name} is {NO_KV_CACHE[m.arch_class]} without attention or KV cache; "
+                                     "WattGPU models attention-based LLMs only")
+    if cols["fit_batch"][i] < 1:
+        one_seq = physics.kv_bytes_per_sequence(cols["kv_per_token"][i], cols["context_tokens"][i])
+        need = float(physics.memory_needed_bytes(cols["weights_bytes"][i], g.memory_size_gb, one_seq)) / 1e9
+        have = g.memory_size_gb * w.gpu_memory_utilization
+        err = ModelFitError(f"{m.name} does not fit on {g.name}: needs {need:.1f} GB (weights + activation "
+                            f"reserve + one {w.context_tokens}-token sequence), GPU has {have:.1f} GB usable "
+                            f"({g.memory_size_gb:g} GB × {w.gpu_memory_utilization:g}); use a larger GPU")
+        err.need_gb, err.have_gb = need, have  # type: ignore[attr-defined]
+        return err
+    return None
+
+
+def not_finite_error(row: Row) -> WattGPUError:
+    gpu, llm, _ = row
+    return WattGPUError(f"prediction for {llm.name} on {gpu.name} is not finite; inputs are outside anything "
+                        "the models can describe — check the spec values")
+
+
+def domain_warnings(domain: Mapping[str, Any], gpu: GpuSpec, llm: LlmSpec, wl: Workload) -> Iterable[str]:
+    """Say where a prediction leaves what the models were trained on."""
+    if not domain:
+        return
+    for field_name, (lo, hi) in domain.get("gpu_ranges", {}).items():
+        v = getattr(gpu, field_name, None)
+        if v is not None and not (lo <= v <= hi):
+            yield f"GPU {field_name} = {v:g} is outside the training range [{lo:g}, {hi:g}]: extrapolating"
+    lo, hi = domain.get("llm_params_b", (0, math.inf))
+    if not (lo <= llm.total_params_b <= hi):
+        yield f"LLM size {llm.total_params_b:g}B is outside the training range [{lo:g}, {hi:g}]B: extrapolating"
+    if llm.arch_class not in domain.get("arch_classes", (llm.arch_class,)):
+        yield f"LLM architecture {llm.arch_class} was never in training"
+    if llm.is_moe and not domain.get("moe_seen", False):
+        yield "mixture-of-experts LLMs were never in training"
+    if llm.quantized and not domain.get("quantized_seen", False):
+        yield "quantised checkpoints were never in training"
+    if wl.kind not in domain.get("kinds", (wl.kind,)):
+        yield (f"workload kind '{wl.kind}' was never measured in training; "
+               + ("power mixes idle and learned busy power" if wl.kind == "server" else "extrapolating"))
+    if wl.engine not in domain.get("engines", (wl.engine,)):
+        yield f"engine '{wl.engine}' was never measured in training"
+    gpus = set(domain.get("gpus", ()))
+    if gpus and gpu.name not in gpus:
+        yield f"{gpu.name} was not measured in training (prediction from spec-sheet features)"
+
+
+def context_warnings(llm: LlmSpec, wl: Workload) -> Iterable[str]:
+    """A context beyond the model's trained positions is allowed (RoPE scaling can extend it) but flagged."""
+    if llm.max_position_embeddings and wl.context_tokens > llm.max_position_embeddings:
+        yield (f"context of {wl.context_tokens} tokens (input + output) exceeds {llm.name}'s "
+               f"max_position_embeddings {llm.max_position_embeddings}; engines refuse it unless the context "
+               "is extended (e.g. rope_scaling)")
+
+
+def sliding_window_warnings(llm: LlmSpec, wl: Workload) -> Iterable[str]:
+    if llm.sliding_window and llm.sliding_window < wl.context_tokens:
+        yield (f"{llm.name} has a {llm.sliding_window}-token sliding window; memory fit and batch "
+               "limit assume full-context KV for every layer (conservative)")
+
+
+def server_warnings(gpu: GpuSpec, mix: Mapping[str, Any], fit_batch: float, tokens_per_s: float,
+                    batch: float, itl: float) -> Iterable[str]:
+    """Warnings of a solved Poisson-server row (estimated idle power, no fixed point, overload)."""
+    if mix["idle_estimated"]:
+        yield (f"idle power of {gpu.name} estimated as {IDLE_FRACTION_OF_TDP:.0%} of TDP "
+               "(no measured figure in the catalog)")
+    if not mix["converged"]:
+        yield "Little's-law fixed point did not converge: the load is at or beyond capacity"
+    if mix["concurrency"] > fit_batch or tokens_per_s > batch / itl:
+        yield "arrival rate exceeds the predicted capacity: the queue grows without bound"
+
+
+def intervals(factors: tuple[tuple[float, float, float], ...], value: float,
+              cap: float | None = None) -> tuple[Interval, ...]:
+    """Multiplicative intervals around ``value`` (the high end capped at ``cap`` when given)."""
+    if cap is None:
+        return tuple([Interval(level, value * lo, value * hi) for level, lo, hi in factors])
+    return tuple([Interval(level, value * lo, min(value * hi, cap)) for level, lo, hi in factors])

@@ -1,0 +1,106 @@
+"""Every number of a prediction, vectorised (``core``), and the per-row results built from it."""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from . import features as F
+from . import physics
+from .assemble import Evaluate, Row
+from .bundle import ModelBundle
+from .checks import (context_warnings, domain_warnings, intervals, not_finite_error, server_warnings,
+                     sliding_window_warnings)
+from .energy import energy_figures
+from .prediction import Prediction
+from .server import server_mix
+
+TABLE_FIELDS = ("power_w", "itl_s", "system_s_per_token", "throughput_tok_s", "energy_per_token_j",
+                "energy_per_request_j", "effective_batch", "busy_fraction")
+Core = dict[str, np.ndarray]
+Mix = dict[int, dict[str, Any]]
+
+
+def core(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.Columns) -> tuple[Core, Mix]:
+    """Every number of a prediction for rows that can be predicted, in one pass per model.
+
+    ``evaluate`` maps feature columns to physical model outputs (the facade passes its own so the
+    whole pipeline goes through one call site)."""
+    server_learned = "server" in bundle.schema.domain.get("kinds", ())
+    out = evaluate(cols)
+    power, itl = out["power"].copy(), out["itl"].copy()
+    batch = cols["eff_batch"].copy()
+    busy = np.ones(len(rows))
+    tokens_per_s = batch / itl
+    server = np.array([w.kind == "server" for _, _, w in rows])
+    server_rows = list(np.flatnonzero(server))
+    mix: Mix = {}
+    if server_rows:
+        mixed = server_mix(evaluate, [rows[k] for k in server_rows], learned=server_learned)
+        mix = {int(k): mixed[j] for j, k in enumerate(server_rows)}
+        for k, m in mix.items():
+            power[k], itl[k], busy[k], batch[k] = m["power"], m["itl"], m["busy"], m["batch"]
+            tokens_per_s[k] = rows[k][2].qps * rows[k][2].output_tokens  # type: ignore[operator]
+    tdp = cols["gpu_tdp_w"]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        not_finite = ~(np.isfinite(power) & np.isfinite(itl) & (power > 0) & (itl > 0) & (tokens_per_s > 0))
+        capped = np.minimum(power, tdp)
+        s_per_tok = 1.0 / tokens_per_s
+        energy = energy_figures(capped, s_per_tok, cols["wl_output_tokens"])
+    numbers = {"power_w": capped, "raw_power_w": power, "itl_s": itl, "effective_batch": batch,
+               "busy_fraction": busy, "throughput_tok_s": tokens_per_s, "system_s_per_token": s_per_tok,
+               "energy_per_token_j": energy["j_per_token"], "energy_per_request_j": energy["j_per_request"],
+               "not_finite": not_finite, "server_learned": server & server_learned}
+    return numbers, mix
+
+
+def prediction(bundle: ModelBundle, i: int, row: Row, cols: F.Columns, numbers: Mapping[str, np.ndarray],
+               mix: dict[str, Any] | None, memo: dict[Any, Any] | None = None) -> Prediction:
+    """Row ``i`` of the vectorised core as a Prediction, with its warnings and intervals."""
+    gpu, llm, wl = row
+    if numbers["not_finite"][i]:
+        raise not_finite_error(row)
+    memo = {} if memo is None else memo  # keyed by id(): valid only while the call holds the specs
+    wkey = (id(gpu), id(llm), wl.kind, wl.engine)  # all that domain_warnings reads
+    base = memo.get(wkey)
+    if base is None:
+        base = memo[wkey] = tuple(domain_warnings(bundle.schema.domain, gpu, llm, wl))
+    warnings = list(base)
+    warnings.extend(context_warnings(llm, wl))
+    wl_dict = memo.get(id(wl))
+    if wl_dict is None:
+        wl_dict = memo[id(wl)] = wl.to_dict()
+    warnings.extend(sliding_window_warnings(llm, wl))
+    power, itl = float(numbers["power_w"][i]), float(numbers["itl_s"][i])
+    batch, tokens_per_s = float(numbers["effective_batch"][i]), float(numbers["throughput_tok_s"][i])
+    idle_w: float | None = None
+    idle_src: str | None = None
+    if mix is not None:
+        idle_w, idle_src = mix["idle_w"], mix["idle_source"]
+        method = ("learned (server rows in training)" if mix["learned"]
+                  else "server mix: idle + busy fraction × (learned busy power − idle)")
+        warnings.extend(server_warnings(gpu, mix, float(cols["fit_batch"][i]), tokens_per_s, batch, itl))
+    else:
+        method = "learned (server rows in training)" if numbers["server_learned"][i] else "learned"
+    raw = float(numbers["raw_power_w"][i])
+    if raw > gpu.tdp_w:
+        warnings.append(f"predicted power {raw:.0f} W exceeds TDP {gpu.tdp_w:.0f} W; capped at TDP")
+    scen = physics.paper_scenario(wl.kind, wl.qps)
+    baselines = {"tdp_w": gpu.tdp_w, "ls_tdp_w": physics.ls_tdp_power_w(gpu.tdp_w, scen),
+                 "roofline_itl_s": float(cols["roofline_itl_s"][i])}
+    factors = bundle.interval_factors
+    return Prediction(
+        llm=llm.name, gpu=gpu.name, workload=dict(wl_dict), power_w=power, itl_s=itl,
+        system_s_per_token=float(numbers["system_s_per_token"][i]), throughput_tok_s=tokens_per_s,
+        energy_per_token_j=float(numbers["energy_per_token_j"][i]),
+        energy_per_request_j=float(numbers["energy_per_request_j"][i]), effective_batch=batch,
+        busy_fraction=float(numbers["busy_fraction"][i]), power_method=method, idle_power_w=idle_w,
+        idle_power_source=idle_src,
+        power_intervals=intervals(factors.get("power", ()), power, cap=gpu.tdp_w),
+        itl_intervals=intervals(factors.get("itl", ()), itl), baselines=baselines,
+        warnings=tuple(warnings))
+
+
+def empty_table(n: int) -> dict[str, Any]:
+    """A table of ``n`` rows, every number NaN."""
+    return {k: np.full(n, np.nan) for k in TABLE_FIELDS}

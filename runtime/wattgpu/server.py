@@ -1,0 +1,61 @@
+"""Poisson-server physics: Little's-law concurrency, busy fraction and the idle/busy power mix."""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Sequence
+
+import numpy as np
+
+from . import features as F
+from . import physics
+from .assemble import Evaluate, Row
+from .specs import GpuSpec
+
+IDLE_FRACTION_OF_TDP = 0.15  # estimate used only when the catalog has no measured idle power
+SERVER_FIXED_POINT_ITERS = 30
+
+
+def idle_power(gpu: GpuSpec) -> tuple[float, str]:
+    """Idle power of ``gpu`` with a model loaded and no requests, and where the figure comes from."""
+    if gpu.idle_power_w is not None:
+        return gpu.idle_power_w, f"measured: {gpu.idle_power_source or 'catalog'}"
+    return IDLE_FRACTION_OF_TDP * gpu.tdp_w, f"estimated: {IDLE_FRACTION_OF_TDP:.0%} of TDP (no measured figure)"
+
+
+def server_mix(evaluate: Evaluate, rows: Sequence[Row], learned: bool = False) -> dict[int, dict[str, Any]]:
+    """Poisson server: solve Little's law L = λ·(prefill + output tokens × ITL(L)) (see :mod:`physics`).
+
+    Without server rows in training the models are evaluated as a closed loop at the busy batch and
+    mean power = idle + (1 − e^−L) × (learned busy power − idle). With server rows (``learned``) they
+    are evaluated as the server workload at concurrency L, exactly as the training rows were
+    described, and the learned power is the mean power."""
+    qps = np.array([w.qps for _, _, w in rows], dtype=np.float64)
+    out_tok = np.array([w.output_tokens for _, _, w in rows], dtype=np.float64)
+    state: dict[str, Any] = {}
+
+    def request_time(conc: np.ndarray) -> np.ndarray:
+        batch = physics.busy_batch(conc)
+        if learned:
+            wl = [replace(w, concurrency=float(c)) for (_, _, w), c in zip(rows, np.maximum(conc, 1e-3))]
+        else:
+            wl = [replace(w, kind="closed_loop", qps=None, concurrency=float(b)) for (_, _, w), b in zip(rows, batch)]
+        cols = F.columns([(g, m, x) for (g, m, _), x in zip(rows, wl)])
+        step = evaluate(cols)
+        prefill = physics.compute_latency_s(cols["llm_active_params_b"], cols["gpu_fp16_tflops"]) * cols["wl_input_tokens"]
+        state.update(res=step, batch=cols["eff_batch"] if learned else batch,
+                     request_s=prefill + out_tok * step["itl"])
+        return state["request_s"]
+
+    conc, converged = physics.solve_server_concurrency(qps, request_time, iters=SERVER_FIXED_POINT_ITERS)
+    request_time(conc)  # the predictions at the solved concurrency
+    res, batch = state["res"], state["batch"]
+    idle, sources = zip(*(idle_power(g) for g, _, _ in rows))
+    busy = physics.busy_fraction(conc)
+    power = res["power"] if learned else physics.server_power_mix(np.array(idle), res["power"], conc)
+    return {k: {"power": float(power[k]), "itl": float(res["itl"][k]), "busy": float(busy[k]),
+                "busy_power": float(res["power"][k]), "concurrency": float(conc[k]), "batch": float(batch[k]),
+                "request_s": float(state["request_s"][k]), "idle_w": None if learned else float(idle[k]),
+                "idle_source": None if learned else sources[k], "learned": learned,
+                "idle_estimated": not learned and rows[k][0].idle_power_w is None,
+                "converged": bool(converged[k])}
+            for k in range(len(rows))}

@@ -5,18 +5,20 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from . import capacity
 from . import features as F
 from . import physics
 from .assemble import Evaluate, Row
 from .bundle import ModelBundle
-from .checks import (context_warnings, domain_warnings, intervals, not_finite_error, server_warnings,
-                     sliding_window_warnings)
+from .checks import capacity_warnings, context_warnings, domain_warnings, intervals, not_finite_error, server_warnings
 from .energy import energy_figures
+from .flags import model_flags
 from .prediction import Prediction
 from .server import server_mix
 
 TABLE_FIELDS = ("power_w", "itl_s", "system_s_per_token", "throughput_tok_s", "energy_per_token_j",
-                "energy_per_request_j", "effective_batch", "busy_fraction")
+                "energy_per_request_j", "effective_batch", "busy_fraction", "max_qps", "utilization",
+                "max_concurrency")
 Core = dict[str, np.ndarray]
 Mix = dict[int, dict[str, Any]]
 
@@ -34,13 +36,16 @@ def core(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.C
     tokens_per_s = batch / itl
     server = np.array([w.kind == "server" for _, _, w in rows])
     server_rows = list(np.flatnonzero(server))
+    cap = capacity.capacity_table(evaluate, rows, cols, learned=server_learned)
     mix: Mix = {}
     if server_rows:
-        mixed = server_mix(evaluate, [rows[k] for k in server_rows], learned=server_learned)
+        mixed = server_mix(evaluate, [rows[k] for k in server_rows], learned=server_learned,
+                           cap=cap["limit"][server_rows], capacity={k: v[server_rows] for k, v in cap.items()})
         mix = {int(k): mixed[j] for j, k in enumerate(server_rows)}
         for k, m in mix.items():
             power[k], itl[k], busy[k], batch[k] = m["power"], m["itl"], m["busy"], m["batch"]
-            tokens_per_s[k] = rows[k][2].qps * rows[k][2].output_tokens  # type: ignore[operator]
+            tokens_per_s[k] = min(rows[k][2].qps, m["max_qps"]) * rows[k][2].output_tokens  # type: ignore[type-var]
+    util = utilization(rows, cols, cap, itl, batch)
     tdp = cols["gpu_tdp_w"]
     with np.errstate(divide="ignore", invalid="ignore"):
         not_finite = ~(np.isfinite(power) & np.isfinite(itl) & (power > 0) & (itl > 0) & (tokens_per_s > 0))
@@ -50,8 +55,23 @@ def core(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.C
     numbers = {"power_w": capped, "raw_power_w": power, "itl_s": itl, "effective_batch": batch,
                "busy_fraction": busy, "throughput_tok_s": tokens_per_s, "system_s_per_token": s_per_tok,
                "energy_per_token_j": energy["j_per_token"], "energy_per_request_j": energy["j_per_request"],
-               "not_finite": not_finite, "server_learned": server & server_learned}
+               "not_finite": not_finite, "server_learned": server & server_learned,
+               "max_qps": cap["max_qps"], "utilization": util, "max_concurrency": cap["max_concurrency"],
+               "overloaded": (util > 1.0 + 1e-9) & server}
     return numbers, mix
+
+
+def utilization(rows: Sequence[Row], cols: F.Columns, cap: Mapping[str, np.ndarray], itl: np.ndarray,
+                batch: np.ndarray) -> np.ndarray:
+    """Offered load ÷ capacity: server qps / max_qps; offline 1 (saturated by definition); closed loop the
+    request rate its clients generate (batch / request time, Little's law) / max_qps."""
+    offered = np.array([w.qps if w.kind == "server" else np.nan for _, _, w in rows], dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        loop = batch / (capacity.prefill_s(cols) + cols["wl_output_tokens"] * itl)
+        offered = np.where(np.isnan(offered), loop, offered)
+        util = offered / cap["max_qps"]
+    offline = np.array([w.kind == "offline" for _, _, w in rows])
+    return np.where(offline, 1.0, util)
 
 
 def prediction(bundle: ModelBundle, i: int, row: Row, cols: F.Columns, numbers: Mapping[str, np.ndarray],
@@ -64,13 +84,16 @@ def prediction(bundle: ModelBundle, i: int, row: Row, cols: F.Columns, numbers: 
     wkey = (id(gpu), id(llm), wl.kind, wl.engine)  # all that domain_warnings reads
     base = memo.get(wkey)
     if base is None:
-        base = memo[wkey] = tuple(domain_warnings(bundle.schema.domain, gpu, llm, wl))
+        base = memo[wkey] = (*domain_warnings(bundle.schema.domain, gpu, llm, wl),
+                             *model_flags(llm, gpu, wl.context_tokens))
     warnings = list(base)
     warnings.extend(context_warnings(llm, wl))
     wl_dict = memo.get(id(wl))
     if wl_dict is None:
         wl_dict = memo[id(wl)] = wl.to_dict()
-    warnings.extend(sliding_window_warnings(llm, wl))
+    max_qps, overloaded = float(numbers["max_qps"][i]), bool(numbers["overloaded"][i])
+    max_conc = int(numbers["max_concurrency"][i])
+    warnings.extend(capacity_warnings(gpu, wl, overloaded, max_qps, int(cols["fit_batch"][i]), max_conc))
     power, itl = float(numbers["power_w"][i]), float(numbers["itl_s"][i])
     batch, tokens_per_s = float(numbers["effective_batch"][i]), float(numbers["throughput_tok_s"][i])
     idle_w: float | None = None
@@ -79,7 +102,7 @@ def prediction(bundle: ModelBundle, i: int, row: Row, cols: F.Columns, numbers: 
         idle_w, idle_src = mix["idle_w"], mix["idle_source"]
         method = ("learned (server rows in training)" if mix["learned"]
                   else "server mix: idle + busy fraction × (learned busy power − idle)")
-        warnings.extend(server_warnings(gpu, mix, float(cols["fit_batch"][i]), tokens_per_s, batch, itl))
+        warnings.extend(server_warnings(gpu, mix))
     else:
         method = "learned (server rows in training)" if numbers["server_learned"][i] else "learned"
     raw = float(numbers["raw_power_w"][i])
@@ -98,7 +121,8 @@ def prediction(bundle: ModelBundle, i: int, row: Row, cols: F.Columns, numbers: 
         idle_power_source=idle_src,
         power_intervals=intervals(factors.get("power", ()), power, cap=gpu.tdp_w),
         itl_intervals=intervals(factors.get("itl", ()), itl), baselines=baselines,
-        warnings=tuple(warnings))
+        warnings=tuple(warnings), max_qps=max_qps, utilization=float(numbers["utilization"][i]),
+        max_concurrency=max_conc, overloaded=overloaded)
 
 
 def empty_table(n: int) -> dict[str, Any]:

@@ -1,12 +1,11 @@
 """Poisson-server physics: Little's-law concurrency, busy fraction and the idle/busy power mix."""
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from . import features as F
+from . import capacity as capacity_mod
 from . import physics
 from .assemble import Evaluate, Row
 from .specs import GpuSpec
@@ -22,32 +21,28 @@ def idle_power(gpu: GpuSpec) -> tuple[float, str]:
     return IDLE_FRACTION_OF_TDP * gpu.tdp_w, f"estimated: {IDLE_FRACTION_OF_TDP:.0%} of TDP (no measured figure)"
 
 
-def server_mix(evaluate: Evaluate, rows: Sequence[Row], learned: bool = False) -> dict[int, dict[str, Any]]:
+def server_mix(evaluate: Evaluate, rows: Sequence[Row], learned: bool, cap: np.ndarray,
+               capacity: Mapping[str, np.ndarray]) -> dict[int, dict[str, Any]]:
     """Poisson server: solve Little's law L = λ·(prefill + output tokens × ITL(L)) (see :mod:`physics`).
 
     Without server rows in training the models are evaluated as a closed loop at the busy batch and
     mean power = idle + (1 − e^−L) × (learned busy power − idle). With server rows (``learned``) they
     are evaluated as the server workload at concurrency L, exactly as the training rows were
-    described, and the learned power is the mean power."""
+    described, and the learned power is the mean power. At most ``cap`` sequences decode at once;
+    a rate beyond ``capacity["max_qps"]`` is overloaded: the GPU runs saturated at the capacity's
+    operating point (see :mod:`wattgpu.capacity`)."""
     qps = np.array([w.qps for _, _, w in rows], dtype=np.float64)
-    out_tok = np.array([w.output_tokens for _, _, w in rows], dtype=np.float64)
     state: dict[str, Any] = {}
 
     def request_time(conc: np.ndarray) -> np.ndarray:
-        batch = physics.busy_batch(conc)
-        if learned:
-            wl = [replace(w, concurrency=float(c)) for (_, _, w), c in zip(rows, np.maximum(conc, 1e-3))]
-        else:
-            wl = [replace(w, kind="closed_loop", qps=None, concurrency=float(b)) for (_, _, w), b in zip(rows, batch)]
-        cols = F.columns([(g, m, x) for (g, m, _), x in zip(rows, wl)])
-        step = evaluate(cols)
-        prefill = physics.compute_latency_s(cols["llm_active_params_b"], cols["gpu_fp16_tflops"]) * cols["wl_input_tokens"]
-        state.update(res=step, batch=cols["eff_batch"] if learned else batch,
-                     request_s=prefill + out_tok * step["itl"])
+        state.update(capacity_mod.request_time(evaluate, rows, conc, cap, learned))
         return state["request_s"]
 
-    conc, converged = physics.solve_server_concurrency(qps, request_time, iters=SERVER_FIXED_POINT_ITERS)
-    request_time(conc)  # the predictions at the solved concurrency
+    over = qps > capacity["max_qps"] * (1.0 + 1e-9)
+    conc, converged = physics.solve_server_concurrency(np.where(over, capacity["max_qps"], qps), request_time,
+                                                       iters=SERVER_FIXED_POINT_ITERS)
+    conc = np.where(over, capacity["concurrency"], conc)
+    request_time(conc)  # the predictions at the solved (or saturated) concurrency
     res, batch = state["res"], state["batch"]
     idle, sources = zip(*(idle_power(g) for g, _, _ in rows))
     busy = physics.busy_fraction(conc)
@@ -57,5 +52,6 @@ def server_mix(evaluate: Evaluate, rows: Sequence[Row], learned: bool = False) -
                 "request_s": float(state["request_s"][k]), "idle_w": None if learned else float(idle[k]),
                 "idle_source": None if learned else sources[k], "learned": learned,
                 "idle_estimated": not learned and rows[k][0].idle_power_w is None,
-                "converged": bool(converged[k])}
+                "converged": bool(converged[k]) or bool(over[k]), "overloaded": bool(over[k]),
+                "max_qps": float(capacity["max_qps"][k])}
             for k in range(len(rows))}

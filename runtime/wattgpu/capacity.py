@@ -29,7 +29,11 @@ WORKLOAD_MAX_CONCURRENCY = 65536.0  # Workload.concurrency's upper bound
 
 
 def batch_limit(cols: F.Columns) -> np.ndarray:
-    """Sequences the engine can run at once: min(batch cap, sequences whose full-context KV fits), ≥ 1."""
+    """Sequences the engine can run at once: min(batch cap, sequences whose KV fits), ≥ 1.
+
+    The KV count is the one the learned models see (``fit_batch``: full-context KV in every layer), so
+    the ITL evaluated at batch b is really at b; for sliding-window models this is conservative until
+    the models are retrained on window-aware features (``max_concurrency`` reports the window-aware fit)."""
     return np.maximum(np.fmin(cols["wl_max_batch"], cols["fit_batch"]), 1.0)
 
 
@@ -97,7 +101,7 @@ def capacity_table(evaluate: Callable[[F.Columns], dict[str, np.ndarray]], tripl
     pick = (slot, k)
     return {"max_qps": lam[np.arange(len(triples)), k], "batch": batch[pick], "concurrency": grid[pick],
             "itl_s": itl[pick], "power_w": power[pick], "request_s": req[pick], "limit": limit[slot],
-            "max_concurrency": np.maximum(cols["fit_batch"], 0.0)}
+            "max_concurrency": np.maximum(cols["fit_sequences"], 0.0)}
 
 
 def _key(t: tuple[Any, Any, Any], learned: bool) -> tuple[Any, ...]:

@@ -115,7 +115,12 @@ def derive(c: Columns) -> Columns:
     c["kv_per_sequence"] = physics.kv_bytes_per_sequence(c["kv_per_token"], c["context_tokens"],
                                                          c["llm_sliding_window"], c["sliding_fraction"])
     c["kv_budget"] = physics.kv_budget_bytes(c["gpu_memory_size_gb"], c["wl_gpu_memory_utilization"], c["weights_bytes"])
-    c["fit_batch"] = physics.max_batch_that_fits(c["kv_budget"], c["kv_per_sequence"], 1.0)
+    # Sequences that fit: ``fit_sequences`` with sliding-window layers capped at the window (the memory
+    # check and max_concurrency); ``fit_batch`` counts full-context KV in every layer, the definition the
+    # exported models were trained with (it caps the effective batch, a model input), kept until they
+    # are retrained so the training rows' features do not move.
+    c["fit_sequences"] = physics.max_batch_that_fits(c["kv_budget"], c["kv_per_sequence"], 1.0)
+    c["fit_batch"] = physics.max_batch_that_fits(c["kv_budget"], c["kv_per_token"], c["context_tokens"])
     # Matmul peak: the FP8 tensor rate for FP8 (W8A8) models on GPUs that have one, else the 16-bit rate
     # (GPUs without FP8 tensor cores dequantise FP8 weights to 16 bits: weight-only).
     c["compute_tflops"] = np.where((c["llm_fp8_compute"] > 0) & np.isfinite(c["gpu_fp8_tflops"]),

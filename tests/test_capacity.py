@@ -8,6 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from wattgpu import capacity
+from wattgpu.checks import row_errors
 from wattgpu.cli import main
 from wattgpu.errors import WattGPUError
 from wattgpu.predictor import Predictor
@@ -39,8 +40,8 @@ def test_l4_is_excluded_as_overloaded_with_its_capacity() -> None:
 
 
 def test_a30_at_1000_qps_is_overloaded_and_held_at_capacity(pred: Predictor) -> None:
-    offline = pred.predict(LLM, "NVIDIA A30", Workload())
-    p = pred.predict(LLM, "NVIDIA A30", Workload(kind="server", qps=1000))
+    offline = pred.predict("NVIDIA A30", LLM, Workload())
+    p = pred.predict("NVIDIA A30", LLM, Workload(kind="server", qps=1000))
     assert p.overloaded and p.utilization > 1
     assert p.throughput_tok_s == pytest.approx(p.max_qps * 256)
     assert p.throughput_tok_s <= offline.throughput_tok_s
@@ -62,9 +63,9 @@ def test_any_positive_finite_qps_is_a_prediction_or_overload(qps: str) -> None:
 
 
 def test_overload_boundary_is_the_capacity(pred: Predictor) -> None:
-    cap = pred.predict(LLM, "NVIDIA H100 SXM5 80GB", Workload(kind="server", qps=1)).max_qps
-    below = pred.predict(LLM, "NVIDIA H100 SXM5 80GB", Workload(kind="server", qps=cap * 0.99))
-    above = pred.predict(LLM, "NVIDIA H100 SXM5 80GB", Workload(kind="server", qps=cap * 1.01))
+    cap = pred.predict("NVIDIA H100 SXM5 80GB", LLM, Workload(kind="server", qps=1)).max_qps
+    below = pred.predict("NVIDIA H100 SXM5 80GB", LLM, Workload(kind="server", qps=cap * 0.99))
+    above = pred.predict("NVIDIA H100 SXM5 80GB", LLM, Workload(kind="server", qps=cap * 1.01))
     assert not below.overloaded and below.throughput_tok_s == pytest.approx(cap * 0.99 * 256)
     assert above.overloaded and above.throughput_tok_s == pytest.approx(cap * 256)
     assert below.throughput_tok_s <= above.throughput_tok_s
@@ -72,15 +73,15 @@ def test_overload_boundary_is_the_capacity(pred: Predictor) -> None:
 
 def test_every_prediction_reports_capacity(pred: Predictor) -> None:
     for wl in (Workload(), Workload(kind="server", qps=0.5), Workload(kind="closed_loop", concurrency=8)):
-        p = pred.predict(LLM, "NVIDIA A100 SXM4 80GB", wl)
+        p = pred.predict("NVIDIA A100 SXM4 80GB", LLM, wl)
         assert p.max_qps > 0 and p.max_concurrency >= 1 and p.utilization > 0
         d = p.to_dict()
         assert {"max_qps", "utilization", "max_concurrency", "overloaded"} <= set(d)
-    assert pred.predict(LLM, "NVIDIA A100 SXM4 80GB", Workload()).utilization == 1.0
+    assert pred.predict("NVIDIA A100 SXM4 80GB", LLM, Workload()).utilization == 1.0
 
 
 def test_closed_loop_concurrency_cut_by_memory_is_reported(pred: Predictor) -> None:
-    p = pred.predict(LLM, "NVIDIA A30", Workload(kind="closed_loop", concurrency=64, input_tokens=4096))
+    p = pred.predict("NVIDIA A30", LLM, Workload(kind="closed_loop", concurrency=64, input_tokens=4096))
     assert p.max_concurrency < 64 and p.effective_batch == p.max_concurrency
     assert any(f"concurrency 64 cut to {p.max_concurrency} sequences" in w for w in p.warnings)
 
@@ -89,12 +90,12 @@ def test_capacity_under_sla_is_at_most_capacity(pred: Predictor) -> None:
     from wattgpu import features as F
 
     triples = [(g, pred.resolve_llm(LLM), Workload(kind="server", qps=1)) for g in pred.catalog.gpus[:12]]
-    ok = [t for t, e in zip(triples, pred._check_rows(triples)[0]) if e is None]
+    ok = [t for t, e in zip(triples, row_errors(triples)[0]) if e is None]
     cols = F.columns(ok)
-    free = capacity.capacity_table(pred, ok, cols, learned=False)
+    free = capacity.capacity_table(pred._evaluate, ok, cols, learned=False)
     import numpy as np
 
-    sla = capacity.capacity_table(pred, ok, cols, learned=False, max_itl_s=np.full(len(ok), 0.05))
+    sla = capacity.capacity_table(pred._evaluate, ok, cols, learned=False, max_itl_s=np.full(len(ok), 0.05))
     assert np.all(sla["max_qps"] <= free["max_qps"]) and np.all(free["max_qps"] > 0)
     assert np.all((sla["max_qps"] == 0) | (sla["itl_s"] <= 0.05))
 
@@ -109,7 +110,7 @@ def test_replicas_auto_lists_replicas_and_fleet_power(pred: Predictor) -> None:
         assert c.fleet_power_w == pytest.approx(c.replicas * c.power_w)
         assert c.itl_s * 1e3 <= 50 and c.utilization <= 1.0
         if c.replicas > 1:  # one replica fewer would not carry the load within the SLA
-            p = pred.predict(LLM, c.gpu, Workload(kind="server", qps=20 / (c.replicas - 1)))
+            p = pred.predict(c.gpu, LLM, Workload(kind="server", qps=20 / (c.replicas - 1)))
             assert p.overloaded or p.itl_s * 1e3 > 50, c.gpu
     d = json.loads(json.dumps(res.to_dict()))
     assert "even" in d["fleet_assumption"] and {"replicas", "fleet_power_w", "qps_per_replica"} <= set(d["candidates"][0])

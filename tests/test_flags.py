@@ -21,7 +21,7 @@ def pred() -> Predictor:
 
 
 def _warnings(pred: Predictor, llm, wl: Workload | None = None, gpu: str = GPU) -> list[str]:
-    return list(pred.predict(llm, gpu, wl or Workload()).warnings)
+    return list(pred.predict(gpu, llm, wl or Workload()).warnings)
 
 
 def test_moe_flag(pred: Predictor) -> None:
@@ -46,7 +46,7 @@ def test_hybrid_flag(pred: Predictor, tmp_path: Path) -> None:
 def test_recurrent_models_are_refused_by_name(pred: Predictor) -> None:
     llm = load_llm_file(FIXTURES / "RWKV--rwkv-raven-7b.json")
     with pytest.raises(UnsupportedModelError, match="recurrent"):
-        pred.predict(llm, GPU)
+        pred.predict(GPU, llm)
 
 
 def test_sliding_window_flag(pred: Predictor) -> None:

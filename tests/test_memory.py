@@ -102,7 +102,7 @@ def test_max_concurrency_follows_the_kv_formula() -> None:
         llm = pred.resolve_llm(name)
         for ctx_in, dtype in ((512, "auto"), (8000, "auto"), (8000, "fp8")):
             wl = Workload(input_tokens=ctx_in, output_tokens=256, kv_cache_dtype=dtype)
-            p = pred.predict(llm, gpu, wl)
+            p = pred.predict(gpu, llm, wl)
             budget = gpu.memory_size_gb * 1e9 * 0.9 - llm.total_params_b * 1e9 * llm.weight_bytes_per_param \
                 - 0.05 * gpu.memory_size_gb * 1e9
             seq = memory.llm_kv_bytes_per_sequence(llm, ctx_in + 256, dtype)

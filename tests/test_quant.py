@@ -102,7 +102,7 @@ def test_fp8_on_gpu_without_fp8_is_weight_only_and_says_so() -> None:
     cat = pred.catalog
     old = next(g for g in cat.gpus if g.fp8_tflops is None and g.memory_size_gb >= 40)
     llm = with_dtype(cat.llm("meta-llama/Llama-3.1-8B-Instruct"), "fp8")
-    p = pred.predict(llm, old)
+    p = pred.predict(old, llm)
     assert any("no FP8 tensor cores" in w and "weight-only" in w for w in p.warnings)
     cols = F.columns([(old, llm, Workload())])
     assert cols["compute_tflops"][0] == old.fp16_tflops

@@ -16,6 +16,7 @@ import pytest
 
 from wattgpu import features as F
 from wattgpu import memory, physics
+from wattgpu.checks import row_errors
 from wattgpu.errors import ModelFitError
 from wattgpu.hfconfig import llm_from_hf_config
 from wattgpu.predictor import Predictor
@@ -53,7 +54,7 @@ def llms(pred: Predictor) -> dict:
 
 def _fitting(pred: Predictor, llms: dict, wl: Workload) -> list[tuple]:
     triples = [(g, m, wl) for g in pred.catalog.gpus for m in llms.values()]
-    errors, _ = pred._check_rows(triples)
+    errors, _ = row_errors(triples)
     return [t for t, e in zip(triples, errors) if e is None]
 
 

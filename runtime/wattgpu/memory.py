@@ -74,4 +74,5 @@ def llm_kv_bytes_per_sequence(llm: Any, context_tokens: int, kv_cache_dtype: str
     win = np.nan if llm.sliding_window is None else float(llm.sliding_window)
     frac = sliding_layer_fraction(win, np.nan if llm.sliding_window_layers is None else llm.sliding_window_layers,
                                   llm.kv_layers)
-    return float(physics.kv_bytes_per_sequence(llm_kv_bytes_per_token(llm, kv_cache_dtype), context_tokens, win, frac))
+    per_tok = np.asarray(llm_kv_bytes_per_token(llm, kv_cache_dtype))
+    return float(physics.kv_bytes_per_sequence(per_tok, np.asarray(float(context_tokens)), np.asarray(win), frac))

@@ -57,7 +57,8 @@ def _compressed_tensors(q: Mapping[str, Any], base: str) -> Quantisation:
         for grp in groups.values():
             if isinstance(grp, Mapping) and isinstance(grp.get("weights"), Mapping):
                 weights = grp["weights"]
-                acts = grp.get("input_activations") if isinstance(grp.get("input_activations"), Mapping) else {}
+                a = grp.get("input_activations")
+                acts = a if isinstance(a, Mapping) else {}
                 break
     bits, kind = weights.get("num_bits"), str(weights.get("type", "int")).lower()
     a_bits = acts.get("num_bits") if acts else None

@@ -148,3 +148,16 @@ def test_api_replicas_validation() -> None:
         rank(LLM, Workload(kind="server", qps=1), replicas=0)
     with pytest.raises(WattGPUError, match="replicas"):
         rank(LLM, Workload(kind="server", qps=1), replicas=math.nan)
+
+
+def test_batch_csv_carries_capacity_columns(tmp_path) -> None:
+    import csv
+
+    from wattgpu.batch import predict_csv
+
+    src, dst = tmp_path / "in.csv", tmp_path / "out.csv"
+    src.write_text(f"llm,gpu,workload,qps,kv_cache_dtype\n{LLM},NVIDIA A30,server,1000,\n{LLM},NVIDIA A30,offline,,fp8\n")
+    assert predict_csv(str(src), str(dst), predictor=Predictor()) == (2, 0)
+    over, off = list(csv.DictReader(dst.open()))
+    assert over["overloaded"] == "true" and float(over["max_qps"]) < 1000 and float(over["utilization"]) > 1
+    assert off["overloaded"] == "false" and float(off["utilization"]) == 1.0 and int(off["max_concurrency"]) > 0

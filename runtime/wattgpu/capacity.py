@@ -16,7 +16,6 @@ throughput stays at ``max_qps × output_tokens`` and the prediction says so (``o
 """
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -42,9 +41,10 @@ def prefill_s(cols: F.Columns) -> np.ndarray:
     return physics.compute_latency_s(cols["llm_active_params_b"], cols["compute_tflops"]) * cols["wl_input_tokens"]
 
 
-def request_time(evaluate: Callable[[F.Columns], dict[str, np.ndarray]], triples: Sequence[tuple[Any, Any, Any]],
+def request_time(evaluate: Callable[[F.Columns], dict[str, np.ndarray]], cols: F.Columns, index: np.ndarray,
                  conc: np.ndarray, cap: np.ndarray, learned: bool) -> dict[str, Any]:
-    """Per-request time in the system at mean concurrency ``conc`` (at most ``cap`` sequences decode).
+    """Per-request time in the system at mean concurrency ``conc`` for rows ``index`` of ``cols`` (at
+    most ``cap`` sequences decode at once).
 
     Without server rows in training the models are evaluated as a closed loop at the busy batch
     (zero-truncated Poisson mean, capped at ``cap``); with them (``learned``), as the server workload
@@ -53,16 +53,11 @@ def request_time(evaluate: Callable[[F.Columns], dict[str, np.ndarray]], triples
     conc = np.asarray(conc, dtype=np.float64)
     cap = np.minimum(np.asarray(cap, dtype=np.float64), WORKLOAD_MAX_CONCURRENCY)
     batch = np.minimum(physics.busy_batch(conc), cap)
-    if learned:
-        level = np.clip(np.minimum(conc, cap), 1e-3, WORKLOAD_MAX_CONCURRENCY)
-        wl = [replace(w, concurrency=float(c)) for (_, _, w), c in zip(triples, level)]
-    else:
-        wl = [replace(w, kind="closed_loop", qps=None, concurrency=float(b)) for (_, _, w), b in zip(triples, batch)]
-    cols = F.columns([(g, m, x) for (g, m, _), x in zip(triples, wl)])
-    res = evaluate(cols)
-    out_tok = cols["wl_output_tokens"]
-    return {"res": res, "batch": cols["eff_batch"] if learned else batch,
-            "request_s": prefill_s(cols) + out_tok * res["itl"]}
+    level = np.clip(np.minimum(conc, cap), 1e-3, WORKLOAD_MAX_CONCURRENCY) if learned else batch
+    at = F.with_concurrency(cols, index, level, closed_loop=not learned)
+    res = evaluate(at)
+    return {"res": res, "batch": at["eff_batch"] if learned else batch,
+            "request_s": prefill_s(at) + at["wl_output_tokens"] * res["itl"]}
 
 
 def capacity_table(evaluate: Callable[[F.Columns], dict[str, np.ndarray]], triples: Sequence[tuple[Any, Any, Any]],
@@ -79,14 +74,13 @@ def capacity_table(evaluate: Callable[[F.Columns], dict[str, np.ndarray]], tripl
     where = np.array([first.setdefault(k, i) for i, k in enumerate(keys)], dtype=np.intp)
     uniq = np.array(sorted(first.values()), dtype=np.intp)  # rows with the same engine set-up share a capacity
     slot = np.searchsorted(uniq, where)
-    u_triples = [triples[i] for i in uniq]
-    n = len(u_triples)
+    n = len(uniq)
     limit = batch_limit(cols)[uniq]
     steps = np.linspace(0.0, 1.0, GRID_POINTS)
     grid = np.exp(np.log(limit)[:, None] * steps[None, :])  # [rows, points], 1 … limit
     grid[:, -1] = limit
-    rows = [t for t in u_triples for _ in range(GRID_POINTS)]
-    rt = request_time(evaluate, rows, grid.ravel(), np.repeat(limit, GRID_POINTS), learned)
+    rt = request_time(evaluate, cols, np.repeat(uniq, GRID_POINTS), grid.ravel(), np.repeat(limit, GRID_POINTS),
+                      learned)
     req = rt["request_s"].reshape(n, GRID_POINTS)
     itl = rt["res"]["itl"].reshape(n, GRID_POINTS)
     power = rt["res"]["power"].reshape(n, GRID_POINTS)

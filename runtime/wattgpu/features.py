@@ -102,6 +102,25 @@ def columns(rows: Iterable[tuple[GpuSpec, LlmSpec, Workload]]) -> Columns:
     return derive(out)
 
 
+RAW_KEYS = (*_GPU_KEYS, *_LLM_KEYS, *_WL_KEYS)
+_CLOSED_LOOP_CODES = {"wl_kind_code": _code(KINDS, "closed_loop"), "wl_scenario_code": _code(SCENARIOS, "closed_loop")}
+
+
+def with_concurrency(cols: Columns, index: np.ndarray, concurrency: np.ndarray, closed_loop: bool) -> Columns:
+    """The columns of rows ``index`` at a fixed ``concurrency``, re-derived without building Workloads.
+
+    Equals :func:`columns` of ``replace(w, concurrency=c)`` (and, with ``closed_loop``, also
+    ``kind="closed_loop", qps=None``) for each row: only those raw workload columns change."""
+    idx = np.asarray(index, dtype=np.intp)
+    raw = {k: cols[k][idx] for k in RAW_KEYS}
+    raw["wl_concurrency"] = np.asarray(concurrency, dtype=np.float64)
+    if closed_loop:
+        for k, v in _CLOSED_LOOP_CODES.items():
+            raw[k] = np.full(len(idx), v)
+        raw["wl_qps"] = np.full(len(idx), math.nan)
+    return derive(raw)
+
+
 def derive(c: Columns) -> Columns:
     """Add the physics-derived columns (in place) and return ``c``."""
     c["weights_bytes"] = physics.weight_bytes(c["llm_total_params_b"], c["llm_weight_bytes_per_param"])

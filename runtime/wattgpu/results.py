@@ -39,7 +39,8 @@ def core(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.C
     cap = capacity.capacity_table(evaluate, rows, cols, learned=server_learned)
     mix: Mix = {}
     if server_rows:
-        mixed = server_mix(evaluate, [rows[k] for k in server_rows], learned=server_learned,
+        mixed = server_mix(evaluate, [rows[k] for k in server_rows], {k: v[server_rows] for k, v in cols.items()},
+                           learned=server_learned,
                            cap=cap["limit"][server_rows], capacity={k: v[server_rows] for k, v in cap.items()})
         mix = {int(k): mixed[j] for j, k in enumerate(server_rows)}
         for k, m in mix.items():

@@ -6,6 +6,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from . import capacity as capacity_mod
+from . import features as F
 from . import physics
 from .assemble import Evaluate, Row
 from .specs import GpuSpec
@@ -21,7 +22,7 @@ def idle_power(gpu: GpuSpec) -> tuple[float, str]:
     return IDLE_FRACTION_OF_TDP * gpu.tdp_w, f"estimated: {IDLE_FRACTION_OF_TDP:.0%} of TDP (no measured figure)"
 
 
-def server_mix(evaluate: Evaluate, rows: Sequence[Row], learned: bool, cap: np.ndarray,
+def server_mix(evaluate: Evaluate, rows: Sequence[Row], cols: F.Columns, learned: bool, cap: np.ndarray,
                capacity: Mapping[str, np.ndarray]) -> dict[int, dict[str, Any]]:
     """Poisson server: solve Little's law L = λ·(prefill + output tokens × ITL(L)) (see :mod:`physics`).
 
@@ -32,10 +33,11 @@ def server_mix(evaluate: Evaluate, rows: Sequence[Row], learned: bool, cap: np.n
     a rate beyond ``capacity["max_qps"]`` is overloaded: the GPU runs saturated at the capacity's
     operating point (see :mod:`wattgpu.capacity`)."""
     qps = np.array([w.qps for _, _, w in rows], dtype=np.float64)
+    index = np.arange(len(rows))
     state: dict[str, Any] = {}
 
     def request_time(conc: np.ndarray) -> np.ndarray:
-        state.update(capacity_mod.request_time(evaluate, rows, conc, cap, learned))
+        state.update(capacity_mod.request_time(evaluate, cols, index, conc, cap, learned))
         return state["request_s"]
 
     over = qps > capacity["max_qps"] * (1.0 + 1e-9)

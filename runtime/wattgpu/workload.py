@@ -1,6 +1,7 @@
 """Workload description: how requests reach the engine (offline batch, Poisson server, closed loop)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
@@ -88,7 +89,10 @@ class Workload:
         if self.kind == "server":
             if self.qps is None:
                 raise SpecValidationError("workload", "qps", None, "an arrival rate in requests/s for a server workload (e.g. --qps 0.33)")
-            object.__setattr__(self, "qps", check_number("workload", "qps", self.qps, 1e-6, 1e12, "requests/s"))
+            q = self.qps  # any positive finite rate: a prediction, or the overload state beyond capacity
+            if isinstance(q, bool) or not isinstance(q, (int, float)) or not math.isfinite(q) or q <= 0:
+                raise SpecValidationError("workload", "qps", q, "a positive finite arrival rate in requests/s (e.g. 0.33)")
+            object.__setattr__(self, "qps", float(q))
         elif self.qps is not None:
             raise SpecValidationError("workload", "qps", self.qps, "no arrival rate unless the workload kind is 'server'")
         if self.kind == "closed_loop" and self.concurrency is None:

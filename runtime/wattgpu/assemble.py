@@ -12,7 +12,7 @@ from .targets import inverse
 from .workload import Workload
 
 Row = tuple[GpuSpec, LlmSpec, Workload]  # the one order everywhere: (gpu, llm, workload)
-Outputs = dict[str, np.ndarray]  # target ("power", "itl") -> physical values
+Outputs = dict[str, np.ndarray]  # target (targets.POWER, targets.ITL) -> physical values
 Evaluate = Callable[[F.Columns], Outputs]
 
 

@@ -15,6 +15,7 @@ from .energy import energy_figures
 from .flags import model_flags
 from .prediction import Prediction
 from .server import server_mix
+from .targets import ITL, POWER
 
 TABLE_FIELDS = ("power_w", "itl_s", "system_s_per_token", "throughput_tok_s", "energy_per_token_j",
                 "energy_per_request_j", "effective_batch", "busy_fraction", "max_qps", "utilization",
@@ -30,7 +31,7 @@ def core(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.C
     whole pipeline goes through one call site)."""
     server_learned = "server" in bundle.schema.domain.get("kinds", ())
     out = evaluate(cols)
-    power, itl = out["power"].copy(), out["itl"].copy()
+    power, itl = out[POWER].copy(), out[ITL].copy()
     batch = cols["eff_batch"].copy()
     busy = np.ones(len(rows))
     tokens_per_s = batch / itl
@@ -120,8 +121,8 @@ def prediction(bundle: ModelBundle, i: int, row: Row, cols: F.Columns, numbers: 
         energy_per_request_j=float(numbers["energy_per_request_j"][i]), effective_batch=batch,
         busy_fraction=float(numbers["busy_fraction"][i]), power_method=method, idle_power_w=idle_w,
         idle_power_source=idle_src,
-        power_intervals=intervals(factors.get("power", ()), power, cap=gpu.tdp_w),
-        itl_intervals=intervals(factors.get("itl", ()), itl), baselines=baselines,
+        power_intervals=intervals(factors.get(POWER, ()), power, cap=gpu.tdp_w),
+        itl_intervals=intervals(factors.get(ITL, ()), itl), baselines=baselines,
         warnings=tuple(warnings), max_qps=max_qps, utilization=float(numbers["utilization"][i]),
         max_concurrency=max_conc, overloaded=overloaded)
 

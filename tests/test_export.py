@@ -81,6 +81,7 @@ def test_packaged_schema_is_complete() -> None:
     assert schema["training"]["measured_only"] is True
 
 
+@pytest.mark.slow
 def test_shipped_models_are_what_fit_produces_from_data(tmp_path) -> None:
     """Re-run the export on data/ and compare predictions on every training row with the shipped models."""
     res = run_cli("fit", "--no-intervals", "--out", str(tmp_path), module="wattgpu_train.cli", timeout=600)

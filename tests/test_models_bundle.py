@@ -84,6 +84,7 @@ def test_bundle_of_another_format_version_is_refused_clearly(user_bundle, tmp_pa
     assert r.returncode == 3 and "made by format version 99" in r.stderr
 
 
+@pytest.mark.slow
 def test_fit_cli_writes_a_bundle_the_runtime_reads(tmp_path):
     out = tmp_path / "cli-models"
     r = run_cli("fit", "--out", str(out), "--trees", "5", "--no-intervals", module="wattgpu_train.cli", timeout=300)

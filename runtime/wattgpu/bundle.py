@@ -205,8 +205,8 @@ def _read_v1(data: Mapping[str, Any], r: _Reader) -> FeatureSchema:
         r.keys(m, where, MODEL_KEYS)
         feats_raw = r.value(m, "features", where, lambda v: isinstance(v, list) and bool(v), "a non-empty list")
         feats = []
-        for k, f in enumerate(feats_raw):
-            fw = f"{where}.features[{k}]"
+        for j, f in enumerate(feats_raw):
+            fw = f"{where}.features[{j}]"
             r.keys(f, fw, FEATURE_KEYS)
             name = r.text(f, "name", fw)
             if name not in REGISTRY:
@@ -220,7 +220,7 @@ def _read_v1(data: Mapping[str, Any], r: _Reader) -> FeatureSchema:
             r.value(m, k, where, _is_number, "a number")
         models[target] = ModelSchema(target=target, file=r.file_name(m, "file", where), sha256=r.digest(m, "sha256", where),
                                      features=tuple(feats), transform=transform,
-                                     unit=r.value(m, "unit", where, lambda v, t=target: v == UNITS[t], UNITS[target]),
+                                     unit=r.value(m, "unit", where, UNITS[target].__eq__, UNITS[target]),
                                      input_name=r.text(m, "input_name", where))
     missing = [t for t in TARGETS if t not in models]
     if missing:
@@ -359,7 +359,7 @@ class ModelBundle:
         """The bytes of one artifact file (ArtifactError naming it when it cannot be read)."""
         try:
             if self.path is None:
-                return resources.files("wattgpu").joinpath("models", name).read_bytes()
+                return (resources.files("wattgpu") / "models" / name).read_bytes()
             return (self.path / name).read_bytes()
         except (FileNotFoundError, IsADirectoryError, OSError) as exc:
             raise ArtifactError(f"{self.label(name)}: cannot read model artifact ({exc.__class__.__name__}); "

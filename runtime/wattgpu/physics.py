@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Callable
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 ACTIVATION_RESERVE_FRACTION = 0.05  # of GPU memory kept for activations/CUDA graphs beyond weights + KV
 # Load-scaled TDP baseline factors (paper): offline 0.9, server low 0.2, server high 0.6.
@@ -110,10 +111,10 @@ def kv_bytes_per_sequence(kv_per_token: np.ndarray, context_tokens: np.ndarray,
     return per_tok * (frac * held + (1.0 - frac) * ctx)
 
 
-def memory_needed_bytes(weights: np.ndarray, memory_gb: np.ndarray, kv_one_sequence: np.ndarray) -> np.ndarray:
+def memory_needed_bytes(weights: ArrayLike, memory_gb: ArrayLike, kv_one_sequence: ArrayLike) -> np.ndarray:
     """Smallest engine memory share that serves one sequence: weights + activation reserve + its KV cache."""
     return (np.asarray(weights, dtype=np.float64) + ACTIVATION_RESERVE_FRACTION * np.asarray(memory_gb, dtype=np.float64) * 1e9
-            + kv_one_sequence)
+            + np.asarray(kv_one_sequence, dtype=np.float64))
 
 
 # ---- server load (Poisson arrivals, continuous batching)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from . import capacity, fleet
 from .errors import ModelFitError, UnsupportedModelError, WattGPUError
@@ -160,7 +160,7 @@ def _entry(p: Prediction, strict: bool, prices: tuple[float | None, float | None
         max_concurrency=p.max_concurrency, replicas=replicas, qps_per_replica=p.workload.get("qps"))
 
 
-def _sort_key(sort: str):
+def _sort_key(sort: str) -> Callable[[RankEntry], tuple[float, str]]:
     if sort == "energy":
         return lambda e: (e.j_per_token, e.gpu)
     if sort == "fleet":

@@ -36,7 +36,7 @@ def core(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.C
     busy = np.ones(len(rows))
     tokens_per_s = batch / itl
     server = np.array([w.kind == "server" for _, _, w in rows])
-    server_rows = list(np.flatnonzero(server))
+    server_rows = [int(k) for k in np.flatnonzero(server)]
     cap = capacity.capacity_table(evaluate, rows, cols, learned=server_learned)
     mix: Mix = {}
     if server_rows:

@@ -390,7 +390,7 @@ class Catalog:
 def catalog_json_bytes() -> bytes:
     """Raw bytes of the packaged catalog snapshot."""
     try:
-        return resources.files("wattgpu").joinpath("models", CATALOG_RESOURCE).read_bytes()
+        return (resources.files("wattgpu") / "models" / CATALOG_RESOURCE).read_bytes()
     except (FileNotFoundError, OSError) as exc:
         raise ArtifactError(f"wattgpu/models/{CATALOG_RESOURCE} is missing ({exc}); reinstall wattgpu") from None
 

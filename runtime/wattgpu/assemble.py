@@ -16,11 +16,6 @@ Outputs = dict[str, np.ndarray]  # target (targets.POWER, targets.ITL) -> physic
 Evaluate = Callable[[F.Columns], Outputs]
 
 
-def columns(rows: Sequence[Row]) -> F.Columns:
-    """The raw feature columns of ``rows`` (see :func:`wattgpu.features.columns`)."""
-    return F.columns(rows)
-
-
 def take(cols: F.Columns, rows: Sequence[int] | np.ndarray, n: int) -> F.Columns:
     """The columns of the given rows (features are row-wise, so this equals recomputing them)."""
     if len(rows) == n:

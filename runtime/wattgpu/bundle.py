@@ -50,9 +50,6 @@ INTERVAL_KEYS = ("factors", "method", "n_residuals")
 DOMAIN_KEYS = ("gpu_ranges", "llm_params_b", "arch_classes", "moe_seen", "quantized_seen", "kinds", "engines", "gpus")
 DOMAIN_GPU_FIELDS = ("tdp_w", "memory_size_gb", "memory_bandwidth_gb_s", "fp16_tflops", "release_year")
 PRODUCER_KEYS = ("python", "xgboost", "onnx", "onnxmltools", "onnxruntime", "numpy")
-# ONNX metadata stamped by export; the runtime checks the first five against the manifest.
-ONNX_META_KEYS = ("schema_version", "target", "recipe", "transform", "features", "catalog_sha256", "producer",
-                  "training")
 
 IntervalFactors = dict[str, tuple[tuple[float, float, float], ...]]
 
@@ -331,8 +328,9 @@ def write_bundle(out_dir: Path, schema: Mapping[str, Any], blobs: Mapping[str, b
     out_dir.mkdir(parents=True, exist_ok=True)
     for fname, data in blobs.items():
         (out_dir / fname).write_bytes(data)
-    if (out_dir / parsed.catalog_file).exists() is False or (out_dir / parsed.catalog_file).read_bytes() != catalog_bytes:
-        (out_dir / parsed.catalog_file).write_bytes(catalog_bytes)
+    catalog = out_dir / parsed.catalog_file
+    if not catalog.is_file() or catalog.read_bytes() != catalog_bytes:  # the source may be this very file
+        catalog.write_bytes(catalog_bytes)
     (out_dir / SCHEMA_FILE).write_bytes(manifest)
 
 

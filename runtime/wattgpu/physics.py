@@ -27,7 +27,7 @@ def kv_budget_bytes(memory_gb: np.ndarray, mem_util: np.ndarray, weights: np.nda
     return usable - weights - ACTIVATION_RESERVE_FRACTION * np.asarray(memory_gb, dtype=np.float64) * 1e9
 
 
-def max_batch_that_fits(kv_budget: np.ndarray, kv_per_token: np.ndarray, context_tokens: np.ndarray) -> np.ndarray:
+def max_batch_that_fits(kv_budget: np.ndarray, kv_per_token: np.ndarray, context_tokens: np.ndarray | float) -> np.ndarray:
     """Largest number of full-context sequences whose KV cache fits (0 when the weights do not fit)."""
     per_seq = np.maximum(np.asarray(kv_per_token, dtype=np.float64) * context_tokens, 1.0)
     return np.floor(np.maximum(kv_budget, 0.0) / per_seq)

@@ -160,7 +160,7 @@ def _entry(p: Prediction, strict: bool, prices: tuple[float | None, float | None
         max_concurrency=p.max_concurrency, replicas=replicas, qps_per_replica=p.workload.get("qps"))
 
 
-def _sort_key(sort: str) -> Callable[[RankEntry], tuple[float, str]]:
+def _sort_key(sort: str) -> Callable[[RankEntry], tuple[Any, ...]]:
     if sort == "energy":
         return lambda e: (e.j_per_token, e.gpu)
     if sort == "fleet":

@@ -46,7 +46,7 @@ def core(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.C
         mix = {int(k): mixed[j] for j, k in enumerate(server_rows)}
         for k, m in mix.items():
             power[k], itl[k], busy[k], batch[k] = m["power"], m["itl"], m["busy"], m["batch"]
-            tokens_per_s[k] = min(rows[k][2].qps, m["max_qps"]) * rows[k][2].output_tokens  # type: ignore[type-var]
+            tokens_per_s[k] = min(rows[k][2].qps, m["max_qps"]) * rows[k][2].output_tokens
     util = utilization(rows, cols, cap, itl, batch)
     tdp = cols["gpu_tdp_w"]
     with np.errstate(divide="ignore", invalid="ignore"):

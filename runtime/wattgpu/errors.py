@@ -11,6 +11,18 @@ class WattGPUError(Exception):
     exit_code: int = 2
 
 
+class ArgumentTypeError(WattGPUError, TypeError):
+    """A public API function was given an argument of the wrong type (None, a str for a list, …)."""
+
+
+def require_type(name: str, value: object, types: type | tuple[type, ...], expected: str) -> None:
+    """Raise :class:`ArgumentTypeError` naming ``name`` unless ``value`` is one of ``types``
+    (``bool`` never counts as a number)."""
+    if not isinstance(value, types) or (isinstance(value, bool) and bool not in (
+            types if isinstance(types, tuple) else (types,))):
+        raise ArgumentTypeError(f"{name}: expected {expected}, got {type(value).__name__} {_short(value, 40)}")
+
+
 class UnknownEntityError(WattGPUError, LookupError):
     """A GPU or LLM name that is neither in the catalog nor a readable file."""
 
@@ -42,7 +54,8 @@ class ConfigFileError(WattGPUError, ValueError):
 
     def __init__(self, path: str, problem: str) -> None:
         self.path, self.problem = path, problem
-        super().__init__(f"{path}: {problem}")
+        shown = path if len(path) <= 160 else f"{path[:100]}...{path[-40:]}"  # over-long names stay readable
+        super().__init__(f"{shown}: {problem}")
 
 
 class UnsupportedModelError(WattGPUError):

@@ -46,6 +46,10 @@ def _log_ticks(lo: float, hi: float) -> list[float]:
 
 def render_svg(result: RankResult, include_sla_misses: bool = True) -> str:
     """SVG text: one dot per candidate (the best ringed), SLA misses in grey, the SLA as a dashed line."""
+    if not isinstance(result, RankResult):
+        from .errors import ArgumentTypeError
+
+        raise ArgumentTypeError(f"result: expected a wattgpu.RankResult, got {type(result).__name__}")
     pts: list[tuple[RankEntry, str]] = [(c, "candidate") for c in result.candidates]
     if include_sla_misses:
         pts += [(e.entry, "misses") for e in result.excluded if e.entry is not None]
@@ -131,7 +135,25 @@ def render_svg(result: RankResult, include_sla_misses: bool = True) -> str:
 
 
 def write_svg(result: RankResult, path: str) -> None:
-    """Write :func:`render_svg` to ``path``."""
+    """Write :func:`render_svg` to ``path`` (a file path; an existing FIFO, device or directory is refused)."""
+    import os
+    import stat
+
+    from .errors import ArgumentTypeError, ConfigFileError
+    from .safeio import check_path_type
+
+    if not isinstance(result, RankResult):
+        raise ArgumentTypeError(f"result: expected a wattgpu.RankResult, got {type(result).__name__}")
+    check_path_type(path, "SVG output file")
+    try:
+        mode: int | None = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        mode = None
+    except (OSError, ValueError) as exc:
+        raise ConfigFileError(repr(path)[:80], f"is not a usable output path ({exc.__class__.__name__})") from None
+    if mode is not None and not stat.S_ISREG(mode):
+        raise ConfigFileError(str(path), "exists and is not a regular file (directory, FIFO or device); "
+                                         "choose another output path")
     with open(path, "w", encoding="utf-8") as f:
         f.write(render_svg(result))
 

@@ -5,13 +5,15 @@ that names the file and says what to do about it.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
+import stat
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-from .errors import ConfigFileError
+from .errors import ArgumentTypeError, ConfigFileError
 
 MAX_DEPTH = 64
 
@@ -44,22 +46,99 @@ def _max_depth(text: str, limit: int) -> int:
     return deepest
 
 
+def _os_problem(exc: OSError) -> str:
+    """A plain-words reason for an OSError raised by stat/open on a user path."""
+    code = exc.errno
+    if code == errno.ENOENT:
+        return "no such file or directory"
+    if code == errno.ENAMETOOLONG:
+        return "the file name is too long (over the system limit of 255 characters per name)"
+    if code == errno.ELOOP:
+        return "too many levels of symbolic links (a symlink loop)"
+    if code in (errno.EACCES, errno.EPERM):
+        return "permission denied"
+    if code == errno.ENOTDIR:
+        return "a component of the path is not a directory"
+    return f"cannot be opened ({exc.strerror or exc.__class__.__name__})"
+
+
+def _stat(path: str | os.PathLike[str], shown: str, fix: str) -> os.stat_result:
+    try:
+        return os.stat(path)
+    except OSError as exc:
+        raise ConfigFileError(shown, f"{_os_problem(exc)}; {fix}") from None
+    except (ValueError, TypeError) as exc:  # embedded NUL, wrong type
+        raise ConfigFileError(shown, f"is not a usable path ({exc}); {fix}") from None
+
+
+def check_path_type(path: Any, what: str) -> str | os.PathLike[str]:
+    """``path`` if it is a str or os.PathLike (non-empty), else a ConfigFileError naming ``what``."""
+    if isinstance(path, bytes) or not isinstance(path, (str, os.PathLike)):
+        raise ArgumentTypeError(f"{what}: expected a file path (str or os.PathLike), got {type(path).__name__}")
+    if not os.fspath(path):
+        raise ConfigFileError("''", f"empty path; pass the path of the {what}")
+    return path
+
+
+def open_regular(path: str | os.PathLike[str], *, what: str, max_bytes: int, mode: str = "rb",
+                 **open_kw: Any) -> IO[Any]:
+    """Open ``path`` for reading only if it is a regular file of at most ``max_bytes`` bytes.
+
+    Directories, FIFOs, sockets and devices (``/dev/zero``) are refused *before* anything is read,
+    so nothing can hang or stream without end; symlink loops, over-long names and unreadable files
+    give a ConfigFileError naming the file. The check is repeated on the open descriptor (``fstat``)
+    and the open never blocks (``O_NONBLOCK``), so a file swapped for a FIFO in between cannot hang it.
+    """
+    check_path_type(path, what)
+    shown = os.fspath(path) if isinstance(os.fspath(path), str) else repr(path)
+    fix = f"pass the path of an existing, readable {what}"
+    st = _stat(path, shown, fix)
+    _require_regular(st, shown, what, max_bytes)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    except OSError as exc:
+        raise ConfigFileError(shown, f"{_os_problem(exc)}; {fix}") from None
+    try:
+        _require_regular(os.fstat(fd), shown, what, max_bytes)
+        return os.fdopen(fd, mode, **open_kw)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _require_regular(st: os.stat_result, shown: str, what: str, max_bytes: int) -> None:
+    if stat.S_ISDIR(st.st_mode):
+        raise ConfigFileError(shown, f"is a directory; pass the path of the {what} itself")
+    if not stat.S_ISREG(st.st_mode):
+        kind = ("a FIFO (named pipe)" if stat.S_ISFIFO(st.st_mode) else "a device" if
+                (stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)) else "a socket" if stat.S_ISSOCK(st.st_mode)
+                else "not a regular file")
+        raise ConfigFileError(shown, f"is {kind}, not a regular file; pass the path of the {what} itself")
+    if st.st_size > max_bytes:
+        raise ConfigFileError(shown, f"is larger than {max_bytes:,} bytes, the limit for a {what} "
+                                     f"(check that this is the right file)")
+
+
 def resolve_json_path(path: str | os.PathLike[str], *, what: str, dir_file: str | None = "config.json") -> Path:
     """Return the file to read for ``path``: the path itself, or ``dir_file`` inside it when it is a directory."""
+    check_path_type(path, f"{what} file")
     p = Path(path)
     shown = str(path)
-    if not p.exists():
-        raise ConfigFileError(shown, f"no such file or directory; pass the path of an existing {what} JSON file")
-    if p.is_dir():
+    st = _stat(p, shown, f"pass the path of an existing {what} JSON file")
+    if stat.S_ISDIR(st.st_mode):
         if dir_file is None:
             raise ConfigFileError(shown, f"is a directory; pass the path of the {what} JSON file itself")
         inner = p / dir_file
-        if not inner.is_file():
+        try:
+            inner_ok = stat.S_ISREG(os.stat(inner).st_mode)
+        except (OSError, ValueError):
+            inner_ok = False
+        if not inner_ok:
             raise ConfigFileError(shown, f"directory has no {dir_file}; pass a model directory that holds "
                                          f"{dir_file}, or the path of the {what} JSON file")
         return inner
-    if not p.is_file():
-        raise ConfigFileError(shown, f"is not a regular file; pass the path of the {what} JSON file")
+    if not stat.S_ISREG(st.st_mode):
+        raise ConfigFileError(shown, f"is not a regular file (FIFO, device or socket); pass the path of the {what} JSON file")
     return p
 
 
@@ -74,7 +153,7 @@ def read_json_file(path: str | os.PathLike[str], *, what: str, max_bytes: int = 
     target = resolve_json_path(path, what=what, dir_file=dir_file)
     shown = str(target)
     try:
-        with open(target, "rb") as fh:
+        with open_regular(target, what=f"{what} file", max_bytes=max_bytes) as fh:
             raw = fh.read(max_bytes + 1)
     except OSError as exc:
         raise ConfigFileError(shown, f"cannot be read ({exc.strerror or exc}); check the path and its permissions") from None

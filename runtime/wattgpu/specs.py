@@ -9,7 +9,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any, Mapping
 
-from .errors import ArtifactError, SpecValidationError, UnknownEntityError, UnsupportedModelError
+from .errors import ArtifactError, SpecValidationError, UnknownEntityError, UnsupportedModelError, require_type
 
 CATALOG_RESOURCE = "specs.json"  # inside wattgpu/models/, a snapshot of the repo's top-level specs.json
 
@@ -149,8 +149,14 @@ class GpuSpec:
         object.__setattr__(self, "aliases", tuple(self.aliases))
         if self.memory_type not in MEMORY_TYPES:
             raise SpecValidationError(entity, "memory_type", self.memory_type, f"one of {', '.join(MEMORY_TYPES)}")
-        if self.base_clock_mhz and self.boost_clock_mhz and self.boost_clock_mhz < self.base_clock_mhz:
-            raise SpecValidationError(entity, "boost_clock_mhz", self.boost_clock_mhz, "boost clock >= base clock")
+        # cross-field rules (catalog entries, user spec files and CSV-named files all pass through here)
+        if self.base_clock_mhz is not None and self.boost_clock_mhz is not None \
+                and self.boost_clock_mhz < self.base_clock_mhz:
+            raise SpecValidationError(entity, "boost_clock_mhz", self.boost_clock_mhz,
+                                      f"at least base_clock_mhz ({self.base_clock_mhz:g} MHz)")
+        if self.idle_power_w is not None and self.idle_power_w >= self.tdp_w:
+            raise SpecValidationError(entity, "idle_power_w", self.idle_power_w,
+                                      f"less than tdp_w ({self.tdp_w:g} W): a GPU idles below its board power limit")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], entity: str = "GPU") -> "GpuSpec":
@@ -352,14 +358,17 @@ class Catalog:
 
     def find_gpu(self, name: str) -> GpuSpec | None:
         """The GPU whose name or alias matches ``name`` (case-insensitive), or None."""
+        require_type("gpu", name, str, "a GPU name (str)")
         return self._gpu_index.get(_norm_gpu(name))
 
     def find_llm(self, name: str) -> LlmSpec | None:
         """The supported LLM whose id matches ``name`` (case-insensitive), or None."""
+        require_type("llm", name, str, "an LLM id (str)")
         return self._llm_index.get(_norm(name))
 
     def gpu(self, name: str) -> GpuSpec:
         """Find a GPU by name or alias (case-insensitive); unknown names raise with close matches."""
+        require_type("gpu", name, str, "a GPU name (str)")
         hit = self._gpu_index.get(_norm_gpu(name))
         if hit is None:
             raise UnknownEntityError("GPU", name, self._suggest(_norm_gpu(name), self._gpu_index))
@@ -367,6 +376,7 @@ class Catalog:
 
     def llm(self, name: str) -> LlmSpec:
         """Find an LLM by Hugging Face id (or the part after the organisation), case-insensitive."""
+        require_type("llm", name, str, "an LLM id (str)")
         hit = self._llm_index.get(_norm(name))
         if hit is None:
             for known, why in self.unsupported_llms:

@@ -1,12 +1,11 @@
 """Workload description: how requests reach the engine (offline batch, Poisson server, closed loop)."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
 from .errors import SpecValidationError
-from .specs import check_number
+from .rules import ChoiceRule, NumberRule
 
 KV_CACHE_DTYPES = ("auto", "fp8")
 
@@ -32,12 +31,27 @@ ENGINE_ALIASES = {
 }
 
 
+ENGINE_RULE = ChoiceRule(ENGINES, tuple(ENGINE_ALIASES.items()))
+KIND_RULE = ChoiceRule(KINDS, tuple((k, k) for k in KINDS) + (("closed-loop", "closed_loop"),))
+
+# Every numeric Workload field: one line each (type, range, unit). The CSV batch reader and the API use it.
+WORKLOAD_NUMBERS: dict[str, NumberRule] = {
+    "max_batch": NumberRule(1, 65536, "sequences", integer=True),
+    "qps": NumberRule(0.0, 1.7976931348623157e308, "requests/s", optional=True, open_lo=True),  # beyond capacity = overload state
+    "concurrency": NumberRule(0.001, 65536, "sequences", optional=True),
+    "input_tokens": NumberRule(1, 1_048_576, "tokens", integer=True),
+    "output_tokens": NumberRule(1, 1_048_576, "tokens", integer=True),
+    "gpu_memory_utilization": NumberRule(0.05, 1.0, "(fraction of GPU memory)"),
+    "num_requests": NumberRule(1, 1e9, "requests", integer=True, optional=True),
+}
+# Text fields: a fixed set of names.
+WORKLOAD_CHOICES: dict[str, ChoiceRule] = {"kind": KIND_RULE, "engine": ENGINE_RULE,
+                                           "kv_cache_dtype": ChoiceRule(KV_CACHE_DTYPES)}
+
+
 def canonical_engine(name: str) -> str:
     """Map an engine spelling (``vLLM``, ``TRT-LLM`` …) to its canonical name or raise naming the choices."""
-    key = name.strip().lower().replace(" ", "_") if isinstance(name, str) else None
-    if key not in ENGINE_ALIASES:
-        raise SpecValidationError("workload", "engine", name, f"one of {', '.join(ENGINES)}")
-    return ENGINE_ALIASES[key]
+    return ENGINE_RULE.check("workload", "engine", name)
 
 
 @dataclass(frozen=True)
@@ -65,38 +79,25 @@ class Workload:
     kv_cache_dtype: str = "auto"
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise SpecValidationError("workload", "kind", self.kind, f"one of {', '.join(KINDS)}")
-        object.__setattr__(self, "engine", canonical_engine(self.engine))
-        ints = {"max_batch": (1, 65536), "input_tokens": (1, 1_048_576), "output_tokens": (1, 1_048_576)}
-        for name, (lo, hi) in ints.items():
-            v = check_number("workload", name, getattr(self, name), lo, hi, "")
-            if v != int(v):
-                raise SpecValidationError("workload", name, getattr(self, name), f"an integer in [{lo}, {hi}]")
-            object.__setattr__(self, name, int(v))
-        object.__setattr__(self, "gpu_memory_utilization", check_number(
-            "workload", "gpu_memory_utilization", self.gpu_memory_utilization, 0.05, 1.0, "(fraction)"))
-        if self.num_requests is not None:
-            n = check_number("workload", "num_requests", self.num_requests, 1, 1e9, "requests")
-            if n != int(n):
-                raise SpecValidationError("workload", "num_requests", self.num_requests, "an integer in [1, 1e+09] requests")
-            object.__setattr__(self, "num_requests", int(n))
-        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
-            raise SpecValidationError("workload", "kv_cache_dtype", self.kv_cache_dtype, "auto (16-bit cache) or fp8")
-        if self.concurrency is not None:
-            object.__setattr__(self, "concurrency",
-                               check_number("workload", "concurrency", self.concurrency, 0.001, 65536, "sequences"))
-        if self.kind == "server":
-            if self.qps is None:
-                raise SpecValidationError("workload", "qps", None, "an arrival rate in requests/s for a server workload (e.g. --qps 0.33)")
-            q = self.qps  # any positive finite rate: a prediction, or the overload state beyond capacity
-            if isinstance(q, bool) or not isinstance(q, (int, float)) or not math.isfinite(q) or q <= 0:
-                raise SpecValidationError("workload", "qps", q, "a positive finite arrival rate in requests/s (e.g. 0.33)")
-            object.__setattr__(self, "qps", float(q))
-        elif self.qps is not None:
+        for name, choice in WORKLOAD_CHOICES.items():
+            object.__setattr__(self, name, choice.check("workload", name, getattr(self, name)))
+        for name, rule in WORKLOAD_NUMBERS.items():
+            object.__setattr__(self, name, rule.check("workload", name, getattr(self, name)))
+        # cross-field rules
+        if self.kind == "server" and self.qps is None:
+            raise SpecValidationError("workload", "qps", None, "an arrival rate in requests/s for a server workload (e.g. --qps 0.33)")
+        if self.kind != "server" and self.qps is not None:
             raise SpecValidationError("workload", "qps", self.qps, "no arrival rate unless the workload kind is 'server'")
         if self.kind == "closed_loop" and self.concurrency is None:
             raise SpecValidationError("workload", "concurrency", None, "the number of concurrent clients for a closed_loop workload")
+
+    def derived(self, **changes: Any) -> "Workload":
+        """A copy with ``changes`` applied *without* re-validation: for the predictor's internal
+        what-if evaluations (e.g. a server solved at concurrency L), whose values it computes itself."""
+        copy = object.__new__(Workload)
+        copy.__dict__.update(self.__dict__)
+        copy.__dict__.update(changes)
+        return copy
 
     @property
     def context_tokens(self) -> int:
@@ -108,6 +109,9 @@ class Workload:
         """Build from a mapping of Workload fields; unknown keys are rejected by name."""
         if not isinstance(data, Mapping):
             raise SpecValidationError("workload", "<root>", type(data).__name__, "a mapping of workload fields")
+        if not all(isinstance(k, str) for k in data):
+            bad = next(k for k in data if not isinstance(k, str))
+            raise SpecValidationError("workload", str(bad)[:60], data[bad], "field names that are strings")
         known = {f.name for f in fields(cls)}
         unknown = sorted((k for k in data if k not in known), key=str)
         if unknown:

@@ -21,7 +21,7 @@ from . import assemble, checks, results
 from .assemble import Row
 from .bundle import ModelBundle, parse_interval_factors
 from .checks import NO_KV_CACHE, context_warnings, domain_warnings
-from .errors import WattGPUError
+from .errors import ArgumentTypeError, WattGPUError
 from .features import Columns
 from .prediction import Prediction
 from .resolve import as_workload, resolve_gpu, resolve_llm, resolve_pair
@@ -45,6 +45,11 @@ class Predictor:
         """``models``: a bundle directory (``wattgpu-train fit --out DIR``); default ``$WATTGPU_MODELS``,
         else the packaged models. ``model_dir`` is the 0.1 name of ``models``. ``catalog`` overrides
         the bundle's catalog for name lookups."""
+        for name, value in (("models", models), ("model_dir", model_dir)):
+            if value is not None and (isinstance(value, bytes) or not isinstance(value, (str, os.PathLike))):
+                raise ArgumentTypeError(f"{name}: expected a directory path or None, got {type(value).__name__}")
+        if catalog is not None and not isinstance(catalog, Catalog):
+            raise ArgumentTypeError(f"catalog: expected a wattgpu.Catalog or None, got {type(catalog).__name__}")
         if models is not None and model_dir is not None:
             raise WattGPUError("models: pass models or model_dir (its old name), not both")
         self.bundle = ModelBundle(models_dir(models if models is not None else model_dir))
@@ -104,6 +109,7 @@ class Predictor:
         """Like :meth:`predict_specs`, but one entry per row: a Prediction, or the WattGPUError that row
         raises (does not fit, unsupported architecture, non-finite result). Good rows are still evaluated
         together in one onnxruntime call per model."""
+        _check_sequence(triples)
         if not triples:
             return []
         errors, all_cols = checks.row_errors(triples)
@@ -130,6 +136,7 @@ class Predictor:
         ``energy_per_request_j``, ``effective_batch`` and ``busy_fraction``, plus ``error``: a list with
         the WattGPUError message of each failed row, else None. The numbers equal the Prediction fields.
         """
+        _check_sequence(triples)
         n = len(triples)
         table = results.empty_table(n)
         errors, all_cols = checks.row_errors(triples) if n else ([], {})
@@ -147,7 +154,15 @@ class Predictor:
 
     def feature_vectors(self, triples: Sequence[Row]) -> dict[str, np.ndarray]:
         """The float32 model inputs (schema order) for each target — exactly what onnxruntime receives."""
+        _check_sequence(triples)
+        checks.check_row_types(triples)
         return assemble.feature_vectors(self.bundle, triples)
+
+
+def _check_sequence(triples: Any) -> None:
+    if isinstance(triples, (str, bytes, Mapping)) or not isinstance(triples, Sequence):
+        raise ArgumentTypeError(f"triples: expected a list of (GpuSpec, LlmSpec, Workload) tuples, "
+                                f"got {type(triples).__name__}")
 
 
 MODELS_ENV = "WATTGPU_MODELS"

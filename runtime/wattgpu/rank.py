@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from . import capacity, fleet
-from .errors import ModelFitError, UnsupportedModelError, WattGPUError
+from .errors import ArgumentTypeError, ModelFitError, UnsupportedModelError, WattGPUError, require_type
 from .energy import check_prices
 from .fleet import EVEN_SPLIT, check_replicas
 from .quant import with_dtype
@@ -189,19 +189,20 @@ def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None 
     """
     from .predictor import default_predictor
 
-    if sort not in SORT_KEYS:
+    wl = _as_workload(workload)
+    if not isinstance(sort, str) or sort not in SORT_KEYS:
         raise WattGPUError(f"sort = {sort!r} is invalid; expected one of {', '.join(SORT_KEYS)}")
+    require_type("strict", strict, bool, "True or False")
     if max_itl_ms is not None and (isinstance(max_itl_ms, bool) or not isinstance(max_itl_ms, (int, float))
                                    or not math.isfinite(max_itl_ms) or max_itl_ms <= 0):
         raise WattGPUError(f"max_itl_ms = {max_itl_ms!r} is invalid; expected a positive number of milliseconds")
     check_prices(usd_per_kwh, gco2_per_kwh, pue)
-    pred = predictor or default_predictor()
-    wl = workload or Workload()
+    pred = _as_predictor(predictor) or default_predictor()
     spec = with_dtype(pred.resolve_llm(llm), dtype)
     replicas = check_replicas(replicas)
     if replicas is not None and wl.kind != "server":
         raise WattGPUError(f"replicas = {replicas!r} needs a server workload with a total rate (--qps N)")
-    gpu_specs = list(pred.catalog.gpus) if gpus is None else _unique([pred.resolve_gpu(g) for g in gpus])
+    gpu_specs = list(pred.catalog.gpus) if gpus is None else _unique([pred.resolve_gpu(g) for g in _gpu_list(gpus)])
     if not gpu_specs:
         raise WattGPUError("gpus: the list is empty; name at least one GPU or leave it out for the whole catalog")
     prices = (usd_per_kwh, gco2_per_kwh, pue)
@@ -271,6 +272,38 @@ def _rank_fleet(pred: Any, spec: Any, gpu_specs: Sequence[Any], wl: Workload, re
     return RankResult(llm=spec.name, workload=wl, sort=sort, max_itl_ms=None if max_itl_ms is None else float(max_itl_ms),
                       strict=strict, sla_basis=basis, usd_per_kwh=prices[0], gco2_per_kwh=prices[1], pue=prices[2],
                       candidates=tuple(candidates), excluded=tuple(e for _, e in excluded), replicas=replicas)
+
+
+def _as_workload(workload: Any) -> Workload:
+    if workload is None:
+        return Workload()
+    if isinstance(workload, Workload):
+        return workload
+    if isinstance(workload, Mapping):
+        return Workload.from_dict(workload)
+    raise ArgumentTypeError(f"workload: expected a Workload, a mapping of its fields or None, "
+                            f"got {type(workload).__name__}")
+
+
+def _as_predictor(predictor: Any) -> Any:
+    from .predictor import Predictor
+
+    if predictor is not None and not isinstance(predictor, Predictor):
+        raise ArgumentTypeError(f"predictor: expected a wattgpu.Predictor or None, got {type(predictor).__name__}")
+    return predictor
+
+
+def _gpu_list(gpus: Any) -> list[Any]:
+    """``gpus`` as a list of names/specs; a single string is refused (it would be read letter by letter)."""
+    if isinstance(gpus, (str, bytes)):
+        raise ArgumentTypeError(f"gpus: expected a list of GPU names, got the single string {gpus!r:.60}; "
+                                f"write gpus=[{gpus!r:.60}]")
+    if isinstance(gpus, Mapping) or not isinstance(gpus, Iterable):
+        raise ArgumentTypeError(f"gpus: expected a list of GPU names or specs, got {type(gpus).__name__}")
+    out = list(gpus)
+    if len(out) > 10_000:
+        raise WattGPUError(f"gpus: {len(out)} entries; at most 10,000 GPUs can be ranked at once")
+    return out
 
 
 def _reason(err: WattGPUError) -> tuple[str, str]:

@@ -90,5 +90,5 @@ def as_workload(w: Any) -> Workload:
 
 
 def looks_like_path(text: str) -> bool:
-    return text.endswith(".json") or os.sep in text and os.path.exists(text) or os.path.isdir(text) \
+    return text.endswith(".json") or os.sep in text and os.path.lexists(text) or os.path.isdir(text) \
         or (text.startswith((".", "~")) and os.path.exists(os.path.expanduser(text)))

@@ -91,14 +91,6 @@ class Workload:
         if self.kind == "closed_loop" and self.concurrency is None:
             raise SpecValidationError("workload", "concurrency", None, "the number of concurrent clients for a closed_loop workload")
 
-    def derived(self, **changes: Any) -> "Workload":
-        """A copy with ``changes`` applied *without* re-validation: for the predictor's internal
-        what-if evaluations (e.g. a server solved at concurrency L), whose values it computes itself."""
-        copy = object.__new__(Workload)
-        copy.__dict__.update(self.__dict__)
-        copy.__dict__.update(changes)
-        return copy
-
     @property
     def context_tokens(self) -> int:
         """Tokens a sequence holds in the KV cache at its end (prompt + generated)."""

@@ -33,7 +33,9 @@ def _read(path):
 def test_skip_reports_lines_and_writes_error_column(tmp_path):
     src, dst = _write(tmp_path, ROWS), tmp_path / "out.csv"
     r = CliRunner().invoke(main, ["predict", "--input", str(src), "--output", str(dst)])
-    assert r.exit_code == 0, r.output
+    assert r.exit_code == 1, r.output  # some rows skipped
+    assert ("rows read 5, predicted 2, skipped 3 (invalid value 1, unknown GPU or LLM 1, "
+            "does not fit in GPU memory 1)") in r.stderr
     for line in (3, 4, 5):
         assert f"error: line {line}:" in r.stderr
     out = _read(dst)

@@ -1,97 +1,200 @@
-"""Many predictions from a CSV file (standard ``csv`` module), evaluated in vectorised chunks.
+"""Many predictions from a CSV file, streamed: read, predict and write ``chunk`` rows at a time.
 
-Input columns: ``llm``, ``gpu`` (required) and optional workload fields ``workload`` (or ``kind``),
-``max_batch``, ``qps``, ``concurrency``, ``input_tokens``, ``output_tokens``, ``engine``,
-``gpu_memory_utilization``, ``num_requests``, ``kv_cache_dtype``; an empty cell takes the default. Unknown columns are
-copied through. Output: the input columns, then :data:`OUTPUT_COLUMNS`, then ``error``.
+Input columns: ``llm``, ``gpu`` (required) and optional workload fields ``workload`` (or ``kind``) and
+every field of :data:`wattgpu.workload.WORKLOAD_NUMBERS` / ``engine``; an empty cell takes the default.
+Unknown columns are copied through. Output: the input columns, then :data:`OUTPUT_COLUMNS`, then
+``error``. Memory stays flat in the number of rows: only one chunk, and bounded name caches, are held.
+
+The input must be a regular file (never a FIFO or device, which could hang or never end), at most
+:data:`MAX_CSV_BYTES` bytes, UTF-8 text without NUL bytes and with lines of at most
+:data:`MAX_LINE_CHARS` characters. The output is written to a temporary file next to ``out_path`` and
+renamed over it at the end, so a failed run never leaves a half-written or clobbered output.
 """
 from __future__ import annotations
 
 import csv
-from dataclasses import replace
-from typing import Any, Callable, Iterator
+import os
+import stat
+import tempfile
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from typing import IO, Any, Callable, Iterator
 
-from .errors import WattGPUError
-from .workload import Workload
+from .errors import (ConfigFileError, ModelFitError, SpecValidationError, UnknownEntityError,
+                     UnsupportedModelError, WattGPUError)
+from .safeio import check_path_type, open_regular
+from .workload import WORKLOAD_CHOICES, WORKLOAD_NUMBERS, Workload
 
 CHUNK_ROWS = 4096
-INT_FIELDS = ("max_batch", "input_tokens", "output_tokens", "num_requests")
-FLOAT_FIELDS = ("qps", "concurrency", "gpu_memory_utilization")
+MAX_CSV_BYTES = 8 * 1024**3  # streamed, so this bounds run time rather than memory
+MAX_LINE_CHARS = 1 << 20
+MAX_COLUMNS = 256
+CACHE_LIMIT = 4096  # distinct names / workload cells remembered; cleared when exceeded (bounded memory)
+KIND_COLUMNS = ("workload", "kind")
+WORKLOAD_COLUMNS = tuple(WORKLOAD_NUMBERS) + tuple(c for c in WORKLOAD_CHOICES if c != "kind")
 OUTPUT_COLUMNS = (
     "power_w", "itl_s", "throughput_tok_s", "energy_per_token_j", "energy_per_request_j", "wh_per_request",
     "kwh_per_mtok", "usd_per_mtok", "gco2_per_mtok", "effective_batch", "busy_fraction", "power_method",
     "idle_power_w", "power_80_low", "power_80_high", "itl_80_low", "itl_80_high", "max_qps", "utilization",
     "max_concurrency", "overloaded", "warnings",
 )
+# Why a row was skipped, in the order the summary lists them.
+REASONS = ("invalid value", "unknown GPU or LLM", "unreadable spec file", "does not fit in GPU memory",
+           "unsupported architecture", "not predictable")
+
+
+def skip_reason(exc: BaseException) -> str:
+    """The summary category of a row error."""
+    exc = getattr(exc, "cause", None) or exc
+    if isinstance(exc, UnknownEntityError):
+        return "unknown GPU or LLM"
+    if isinstance(exc, ConfigFileError):
+        return "unreadable spec file"
+    if isinstance(exc, ModelFitError):
+        return "does not fit in GPU memory"
+    if isinstance(exc, UnsupportedModelError):
+        return "unsupported architecture"
+    if isinstance(exc, SpecValidationError):
+        return "invalid value"
+    return "not predictable"
 
 
 class RowError(WattGPUError):
-    """A bad CSV row, named by its line number."""
+    """A bad CSV row, named by its line number; ``cause`` is the underlying WattGPUError."""
 
-    def __init__(self, line: int, problem: str) -> None:
-        self.line, self.problem = line, problem
-        super().__init__(f"line {line}: {problem}")
+    def __init__(self, line: int, problem: str, cause: WattGPUError | None = None) -> None:
+        self.line, self.cause = line, cause
+        self.problem = " ".join(problem.split())  # always one line
+        self.reason = skip_reason(cause) if cause is not None else "invalid value"
+        super().__init__(f"line {line}: {self.problem}")
 
 
 def row_workload(row: dict[str, str], defaults: Workload) -> Workload:
-    """The Workload a CSV row describes (empty cells keep ``defaults``)."""
+    """The Workload a CSV row describes (empty cells keep ``defaults``); a bad cell raises a
+    SpecValidationError naming the column and the accepted range."""
     kw: dict[str, Any] = {}
-    kind = (row.get("workload") or row.get("kind") or "").strip()
-    if kind:
-        kw["kind"] = kind
+    columns: dict[str, str] = {}
+    kind_col = next((c for c in KIND_COLUMNS if (row.get(c) or "").strip()), None)
+    if kind_col is not None:
+        text = row[kind_col]
+        try:
+            kind = WORKLOAD_CHOICES["kind"].parse("", kind_col, text)
+        except SpecValidationError as exc:
+            raise SpecValidationError("", kind_col, text, exc.expected) from None
+        kw["kind"], columns["kind"] = kind, kind_col
         if kind != "server":
             kw["qps"] = None
         if kind != "closed_loop":
             kw["concurrency"] = None
-    for name in INT_FIELDS + FLOAT_FIELDS + ("engine", "kv_cache_dtype"):
-        text = (row.get(name) or "").strip()
-        if not text:
+    for name in WORKLOAD_COLUMNS:
+        text = row.get(name) or ""
+        if not text.strip():
             continue
-        if name in ("engine", "kv_cache_dtype"):
-            kw[name] = text
-            continue
+        rule = WORKLOAD_NUMBERS.get(name) or WORKLOAD_CHOICES[name]
         try:
-            value = float(text)
-        except ValueError:
-            raise WattGPUError(f"column {name!r} = {text!r} is not a number") from None
-        if name in INT_FIELDS:
-            if value != int(value):
-                raise WattGPUError(f"column {name!r} = {text!r} is not an integer")
-            value = int(value)
-        kw[name] = value
-    return replace(defaults, **kw)
+            kw[name] = rule.parse("", name, text)
+        except SpecValidationError as exc:
+            raise SpecValidationError("", name, text, exc.expected) from None
+        columns[name] = name
+    try:
+        return replace(defaults, **kw)
+    except SpecValidationError as exc:
+        raise SpecValidationError("", columns.get(exc.field, exc.field), exc.value, exc.expected) from None
 
 
-def _rows(path: str) -> Iterator[tuple[int, dict[str, str]]]:
-    with open(path, newline="", encoding="utf-8-sig") as f:
-        reader = csv.DictReader(f)
-        if reader.fieldnames is None or not {"llm", "gpu"} <= {c.strip() for c in reader.fieldnames}:
-            raise WattGPUError(f"{path}: needs a header with at least the columns llm and gpu")
-        for row in reader:
-            yield reader.line_num, {(k or "").strip(): (v or "") for k, v in row.items()}
+def _lines(f: IO[str], path: str) -> Iterator[str]:
+    """The file's lines, each at most MAX_LINE_CHARS characters and free of NUL bytes."""
+    n = 0
+    while True:
+        line = f.readline(MAX_LINE_CHARS + 1)
+        if not line:
+            return
+        n += 1
+        if len(line) > MAX_LINE_CHARS:
+            raise ConfigFileError(path, f"line {n} is longer than {MAX_LINE_CHARS:,} characters; "
+                                        "is this really a CSV file?")
+        if "\x00" in line:
+            raise ConfigFileError(path, f"line {n} contains NUL bytes (binary data); pass a text CSV file")
+        yield line
+
+
+def _header(reader: Any, path: str) -> list[str]:
+    try:
+        head = next(reader)
+    except StopIteration:
+        raise ConfigFileError(path, "is empty; it needs a header with at least the columns llm and gpu") from None
+    cols = [c.strip() for c in head]
+    if len(cols) > MAX_COLUMNS:
+        raise ConfigFileError(path, f"has {len(cols)} columns; at most {MAX_COLUMNS} are accepted")
+    if not {"llm", "gpu"} <= set(cols):
+        raise ConfigFileError(path, "needs a header with at least the columns llm and gpu")
+    dup = next((c for i, c in enumerate(cols) if c and c in cols[:i]), None)
+    if dup is not None:
+        raise ConfigFileError(path, f"column {dup!r} appears twice in the header; keep one")
+    return cols
+
+
+def _rows(f: IO[str], path: str) -> tuple[list[str], Iterator[tuple[int, dict[str, str], str | None]]]:
+    """The header and an iterator of (line, row, structural problem or None)."""
+    reader = csv.reader(_lines(f, path))
+    cols = _header(reader, path)
+    n = len(cols)
+
+    def gen() -> Iterator[tuple[int, dict[str, str], str | None]]:
+        for cells in reader:
+            if not cells or (len(cells) == 1 and not cells[0].strip()):
+                continue  # blank line
+            problem = None
+            if len(cells) > n:
+                extra = cells[n:]
+                if any(c.strip() for c in extra):
+                    problem = f"has {len(cells)} cells but the header has {n} columns"
+                cells = cells[:n]
+            yield reader.line_num, dict(zip(cols, cells)), problem
+    return cols, gen()
+
+
+class _BoundedCache(dict):  # type: ignore[type-arg]
+    def put(self, key: Any, value: Any) -> Any:
+        if len(self) >= CACHE_LIMIT:
+            self.clear()
+        self[key] = value
+        return value
 
 
 def predict_rows(path: str, defaults: Workload | None = None, predictor: Any = None,
                  chunk: int = CHUNK_ROWS) -> Iterator[tuple[int, dict[str, str], Any]]:
-    """Yield ``(line, row, Prediction | WattGPUError)`` for every data row, in file order; rows are
-    resolved one by one (names cached) and predicted ``chunk`` at a time in one vectorised pass."""
+    """Yield ``(line, row, Prediction | RowError)`` for every data row, in file order, streaming."""
+    with _open_csv(path) as f:
+        _, rows = _rows(f, str(path))
+        yield from _predict_stream(rows, defaults, predictor, chunk)
+
+
+def _predict_stream(rows: Iterator[tuple[int, dict[str, str], str | None]], defaults: Workload | None,
+                    predictor: Any, chunk: int) -> Iterator[tuple[int, dict[str, str], Any]]:
     from .predictor import default_predictor
 
     pred = predictor or default_predictor()
     defaults = defaults or Workload()
-    gpu_cache: dict[str, Any] = {}
-    llm_cache: dict[str, Any] = {}
+    if not isinstance(defaults, Workload):
+        raise WattGPUError(f"defaults: expected a Workload, got {type(defaults).__name__}")
+    caches = {"gpu": _BoundedCache(), "llm": _BoundedCache(), "wl": _BoundedCache()}
+    resolvers = {"gpu": pred.resolve_gpu, "llm": pred.resolve_llm}
+    wl_cols = KIND_COLUMNS + WORKLOAD_COLUMNS
     pending: list[tuple[int, dict[str, str], Any]] = []
 
-    def resolve(cache: dict[str, Any], fn: Callable[[str], Any], key: str) -> Any:
-        if key not in cache:
+    def resolve(kind: str, key: Any, fn: Callable[[], Any]) -> Any:
+        cache = caches[kind]
+        hit = cache.get(key)
+        if hit is None:
             try:
-                cache[key] = fn(key)
+                hit = fn()
             except WattGPUError as exc:
-                cache[key] = exc
-        if isinstance(cache[key], WattGPUError):
-            raise cache[key]
-        return cache[key]
+                hit = exc
+            cache.put(key, hit)
+        if isinstance(hit, WattGPUError):
+            raise hit
+        return hit
 
     def flush() -> Iterator[tuple[int, dict[str, str], Any]]:
         ok = [(i, t) for i, (_, _, t) in enumerate(pending) if isinstance(t, tuple)]
@@ -99,22 +202,41 @@ def predict_rows(path: str, defaults: Workload | None = None, predictor: Any = N
         out = {i: r for (i, _), r in zip(ok, results)}
         for i, (line, row, t) in enumerate(pending):
             r = out.get(i, t)
-            yield line, row, (RowError(line, str(r)) if isinstance(r, WattGPUError) else r)
+            if isinstance(r, WattGPUError) and not isinstance(r, RowError):
+                r = RowError(line, str(r), r)
+            yield line, row, r
         pending.clear()
 
-    for line, row in _rows(path):
+    for line, row, problem in rows:
         try:
+            if problem is not None:
+                raise RowError(line, problem)
             llm_name, gpu_name = row.get("llm", "").strip(), row.get("gpu", "").strip()
             if not llm_name or not gpu_name:
-                raise WattGPUError("llm and gpu must not be empty")
-            triple: Any = (resolve(gpu_cache, pred.resolve_gpu, gpu_name), resolve(llm_cache, pred.resolve_llm, llm_name),
-                           row_workload(row, defaults))
-        except WattGPUError as exc:
+                missing = "llm" if not llm_name else "gpu"
+                raise RowError(line, f"column {missing!r} is empty; name a catalog {missing.upper()} or a spec file")
+            wl_key = tuple(row.get(c) or "" for c in wl_cols)
+            triple: Any = (resolve("gpu", gpu_name, lambda: resolvers["gpu"](gpu_name)),
+                           resolve("llm", llm_name, lambda: resolvers["llm"](llm_name)),
+                           resolve("wl", wl_key, lambda: row_workload(row, defaults)))
+        except RowError as exc:
             triple = exc
+        except SpecValidationError as exc:
+            msg = (f"column {exc.field!r} = {_short_value(exc.value)} is invalid; expected {exc.expected}"
+                   if not exc.entity else str(exc))
+            triple = RowError(line, msg, exc)
+        except WattGPUError as exc:
+            triple = RowError(line, str(exc), exc)
         pending.append((line, row, triple))
         if len(pending) >= chunk:
             yield from flush()
     yield from flush()
+
+
+def _short_value(value: Any) -> str:
+    from .errors import _short
+
+    return _short(value)
 
 
 def _out_fields(p: Any, prices: tuple[float | None, float | None, float]) -> dict[str, Any]:
@@ -136,52 +258,146 @@ def _out_fields(p: Any, prices: tuple[float | None, float | None, float]) -> dic
     }
 
 
+@dataclass
+class BatchSummary:
+    """What a batch run did: rows read, predicted and skipped (by reason)."""
+
+    rows_read: int = 0
+    predicted: int = 0
+    skipped: int = 0
+    reasons: Counter[str] = field(default_factory=Counter)
+
+    def __iter__(self) -> Iterator[int]:  # ``n_ok, n_bad = predict_csv(...)`` keeps working
+        return iter((self.predicted, self.skipped))
+
+    @property
+    def exit_code(self) -> int:
+        """0 when every row was predicted, 1 when any was skipped (see docs/errors.md)."""
+        return 0 if self.skipped == 0 else 1
+
+    def line(self) -> str:
+        """One summary line, e.g. ``rows read 10, predicted 8, skipped 2 (unknown GPU or LLM 2)``."""
+        text = f"rows read {self.rows_read}, predicted {self.predicted}, skipped {self.skipped}"
+        if self.skipped:
+            order = {r: i for i, r in enumerate(REASONS)}
+            parts = sorted(self.reasons.items(), key=lambda kv: (order.get(kv[0], 99), kv[0]))
+            text += " (" + ", ".join(f"{r} {n}" for r, n in parts) + ")"
+        return text
+
+
+def _open_csv(path: Any) -> IO[str]:
+    return open_regular(path, what="input CSV file", max_bytes=MAX_CSV_BYTES, mode="r", newline="",
+                        encoding="utf-8-sig")
+
+
+def _check_output(out_path: Any) -> str:
+    check_path_type(out_path, "output CSV file")
+    path = os.fspath(out_path)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        from .safeio import _os_problem
+
+        raise ConfigFileError(path, f"{_os_problem(exc)}; choose another output path") from None
+    except ValueError as exc:
+        raise ConfigFileError(repr(path), f"is not a usable path ({exc}); choose another output path") from None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise ConfigFileError(path, "exists and is not a regular file (directory, FIFO or device); "
+                                    "choose another output path")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise ConfigFileError(path, "its directory does not exist; create it or choose another output path")
+    return path
+
+
 def predict_csv(in_path: str, out_path: str, on_error: str = "skip", defaults: Workload | None = None,
                 prices: tuple[float | None, float | None, float] = (None, None, 1.0), predictor: Any = None,
-                report: Callable[[str], None] = lambda msg: None) -> tuple[int, int]:
-    """Predict every row of ``in_path`` into ``out_path``; returns (rows predicted, rows with errors).
+                report: Callable[[str], None] = lambda msg: None, chunk: int = CHUNK_ROWS) -> BatchSummary:
+    """Predict every row of ``in_path`` into ``out_path``, streaming; returns a :class:`BatchSummary`
+    (which also unpacks as ``(rows predicted, rows skipped)``).
 
-    ``on_error="skip"``: a bad row is reported (``report("line N: …")``), written with an ``error``
-    column and the run continues. ``"stop"``: the first bad row raises :class:`RowError` and nothing is
-    written.
+    ``on_error="skip"``: a bad row is reported (``report("error: line N: …")``), written with an
+    ``error`` column and the run continues. ``"stop"``: the first bad row raises :class:`RowError` and
+    nothing is written. File-level problems (unreadable, not a regular file, binary, not UTF-8, no
+    ``llm``/``gpu`` header) raise ConfigFileError and nothing is written either.
     """
     from .energy import check_prices
 
     if on_error not in ("skip", "stop"):
         raise WattGPUError(f"on_error = {on_error!r} is invalid; expected skip or stop")
+    if not isinstance(prices, (tuple, list)) or len(prices) != 3:
+        raise WattGPUError(f"prices: expected (usd_per_kwh, gco2_per_kwh, pue), got {_short_value(prices)}")
     check_prices(*prices)
-    try:
-        results = list(predict_rows(in_path, defaults, predictor))
-    except OSError as exc:
-        raise WattGPUError(f"{in_path}: cannot read ({exc.strerror or exc.__class__.__name__})") from None
-    except (csv.Error, UnicodeDecodeError) as exc:
-        raise WattGPUError(f"{in_path}: not a readable CSV file ({exc})") from None
-    if on_error == "stop":
-        for _, _, r in results:
-            if isinstance(r, WattGPUError):
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+        raise WattGPUError(f"chunk = {chunk!r} is invalid; expected a positive integer")
+    out = _check_output(out_path)
+    summary = BatchSummary()
+    shown = os.fspath(in_path) if isinstance(in_path, (str, os.PathLike)) else repr(in_path)
+    with _open_csv(in_path) as f:
+        tmp: str | None = None
+        try:
+            cols, rows = _rows(f, str(shown))
+            fields = cols + [c for c in OUTPUT_COLUMNS if c not in cols]
+            fields += [] if "error" in fields else ["error"]
+            tmp_fd, tmp = _temp_next_to(out)
+            with os.fdopen(tmp_fd, "w", newline="", encoding="utf-8") as fo:
+                _write_rows(fo, fields, _predict_stream(rows, defaults, predictor, chunk), on_error, prices,
+                            report, summary)
+            os.replace(tmp, out)
+            tmp = None
+        except UnicodeDecodeError as exc:
+            raise ConfigFileError(str(shown), f"is not UTF-8 text (bad byte near offset {exc.start} of a line); "
+                                              "save the CSV as UTF-8") from None
+        except csv.Error as exc:
+            raise ConfigFileError(str(shown), f"is not a readable CSV file ({' '.join(str(exc).split())})") from None
+        except OSError as exc:
+            raise ConfigFileError(out, f"cannot write ({exc.strerror or exc.__class__.__name__})") from None
+        finally:
+            if tmp is not None:
+                _remove(tmp)
+    return summary
+
+
+def _write_rows(fo: IO[str], fields: list[str], results: Iterator[tuple[int, dict[str, str], Any]],
+                on_error: str, prices: tuple[float | None, float | None, float], report: Callable[[str], None],
+                summary: BatchSummary) -> None:
+    w = csv.DictWriter(fo, fieldnames=fields, extrasaction="ignore")
+    w.writeheader()
+    for _, row, r in results:
+        summary.rows_read += 1
+        rec: dict[str, Any] = dict(row)
+        if isinstance(r, WattGPUError):
+            if on_error == "stop":
                 raise r
-    in_cols: list[str] = []
-    for _, row, _ in results:
-        for k in row:
-            if k not in in_cols:
-                in_cols.append(k)
-    fields = in_cols + [c for c in OUTPUT_COLUMNS if c not in in_cols] + ["error"]
-    n_ok = n_bad = 0
+            summary.skipped += 1
+            summary.reasons[getattr(r, "reason", "not predictable")] += 1
+            report(f"error: {r}")
+            rec["error"] = getattr(r, "problem", str(r))
+        else:
+            summary.predicted += 1
+            rec.update(_out_fields(r, prices))
+            rec["error"] = ""
+        w.writerow(rec)
+
+
+def _temp_next_to(path: str) -> tuple[int, str]:
+    parent = os.path.dirname(os.path.abspath(path))
     try:
-        with open(out_path, "w", newline="", encoding="utf-8") as f:
-            w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
-            w.writeheader()
-            for _, row, r in results:
-                out = dict(row)
-                if isinstance(r, WattGPUError):
-                    n_bad += 1
-                    report(f"error: {r}")
-                    out["error"] = getattr(r, "problem", str(r))
-                else:
-                    n_ok += 1
-                    out.update(_out_fields(r, prices))
-                    out["error"] = ""
-                w.writerow(out)
+        fd, tmp = tempfile.mkstemp(prefix=".wattgpu-", suffix=".csv.tmp", dir=parent)
     except OSError as exc:
-        raise WattGPUError(f"{out_path}: cannot write ({exc.strerror or exc.__class__.__name__})") from None
-    return n_ok, n_bad
+        raise ConfigFileError(path, f"cannot write next to it ({exc.strerror or exc.__class__.__name__}); "
+                                    "check the directory's permissions") from None
+    try:
+        os.chmod(tmp, 0o644)
+    except OSError:
+        pass
+    return fd, tmp
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

@@ -158,10 +158,12 @@ def predict(llm: str | None, gpu: str | None, as_json: bool, usd_per_kwh: float 
             raise WattGPUError("--dtype applies to --llm; with --input give each row's checkpoint instead")
         from .batch import predict_csv
 
-        n_ok, n_bad = predict_csv(input_csv, output_csv, on_error=on_error, defaults=make_workload(**wl),
-                                  prices=(usd_per_kwh, gco2_per_kwh, pue), predictor=_predictor(models),
-                                  report=lambda msg: click.echo(msg, err=True))
-        click.echo(f"wrote {output_csv}: {n_ok} predictions, {n_bad} rows with errors", err=True)
+        summary = predict_csv(input_csv, output_csv, on_error=on_error, defaults=make_workload(**wl),
+                              prices=(usd_per_kwh, gco2_per_kwh, pue), predictor=_predictor(models),
+                              report=lambda msg: click.echo(msg, err=True))
+        click.echo(f"wrote {output_csv}: {summary.line()}", err=True)
+        if summary.exit_code:
+            sys.exit(summary.exit_code)
         return
     if llm is None or gpu is None:
         raise WattGPUError("give --llm and --gpu (or --input FILE.csv --output FILE.csv)")
@@ -179,13 +181,13 @@ def predict(llm: str | None, gpu: str | None, as_json: bool, usd_per_kwh: float 
     rows = [
         ("LLM", p["llm"]), ("GPU", p["gpu"]),
         ("workload", f"{p['workload']['kind']}, engine {p['workload']['engine']}, effective batch {p['effective_batch']:.1f}"),
-        ("mean power", f"{p['power_w']:.0f} W{_fmt_interval(p['power_intervals'], 1, '.0f')}  [{p['power_method']}]"),
+        ("mean power", f"{p['power_w']:.0f} W{_fmt_interval(p['power_intervals'], 1, '.0f')}"),
         ("ITL (per sequence)", f"{p['itl_s'] * 1e3:.1f} ms/token{_fmt_interval(p['itl_intervals'], 1e3, '.1f')}"),
         ("throughput", f"{p['throughput_tok_s']:.1f} tokens/s"),
         ("capacity", f"at most {p['max_qps']:.3g} req/s ({p['max_qps'] * p['workload']['output_tokens']:.0f} tokens/s), "
                      f"utilization {p['utilization']:.0%}, KV cache fits {p['max_concurrency']} sequences"),
-        ("energy", f"{e['j_per_token']:.3f} J/token, {e['wh_per_request']:.3f} Wh/request, "
-                   f"{e['kwh_per_mtok']:.3f} kWh per million tokens"),
+        ("energy (GPU only)", f"{e['j_per_token']:.3f} J/token, {e['wh_per_request']:.3f} Wh/request, "
+                              f"{e['kwh_per_mtok']:.3f} kWh per million tokens"),
         ("baselines", f"TDP {p['baselines']['tdp_w']:.0f} W, load-scaled TDP {p['baselines']['ls_tdp_w']:.0f} W, "
                       f"roofline ITL {p['baselines']['roofline_itl_s'] * 1e3:.1f} ms"),
     ]
@@ -198,11 +200,25 @@ def predict(llm: str | None, gpu: str | None, as_json: bool, usd_per_kwh: float 
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         click.echo(f"{k:<{width}}  {v}")
+    click.echo(f"note: mean power {explain_power_method(p['power_method'])}")
+    if e["usd_per_mtok"] is not None or e["gco2_per_mtok"] is not None:
+        click.echo(f"note: cost and carbon include the facility overhead (PUE {pue:g}); "
+                   "the energy figures are the GPU's own")
     for w in p["warnings"]:
         if w.startswith("overloaded:"):
             click.echo(f"{w} (throughput held at capacity)")
         else:
             click.echo(f"warning: {w}")
+
+
+def explain_power_method(method: str) -> str:
+    """The power method of a prediction in plain words (for the notes under a table)."""
+    if method.startswith("server mix"):
+        return ("mixes idle and busy power: the GPU idles between requests, so mean power = idle power + "
+                "(share of time busy) × (busy power − idle power)")
+    if method.startswith("learned (server"):
+        return "is predicted directly by the model, which was trained on measured server (arrival-rate) runs"
+    return "is predicted directly by the model trained on measured runs"
 
 
 @main.command("rank")
@@ -262,15 +278,16 @@ def _print_rank(res: Any) -> None:
                    "fleet power = n × replica power; J/token and Wh/request are the fleet's")
     priced = res.usd_per_kwh is not None
     carbon = res.gco2_per_kwh is not None
-    head = f"{'#':>3} {'GPU':<44}"
+    gw = max([3] + [len(c.gpu) for c in res.candidates])  # GPU names are never cut
+    head = f"{'#':>3} {'GPU':<{gw}}"
     head += f" {'repl':>6} {'fleet W':>9}" if fleet else ""
     head += f" {'power W':>8} {'ITL ms':>7} {'tok/s':>8} {'max q/s':>8} {'J/tok':>8} {'Wh/req':>7} {'kWh/Mtok':>9}"
-    head += f" {'$/Mtok':>8}" if priced else ""
-    head += f" {'gCO2/Mtok':>10}" if carbon else ""
+    head += f" {'$/Mtok*':>8}" if priced else ""
+    head += f" {'gCO2/Mtok*':>10}" if carbon else ""
     click.echo(head)
     for i, c in enumerate(res.candidates, 1):
         e = c.energy
-        line = f"{i:>3} {c.gpu[:44]:<44}"
+        line = f"{i:>3} {c.gpu:<{gw}}"
         line += f" {c.replicas:>6} {c.fleet_power_w:>9.0f}" if fleet else ""
         line += (f" {c.power_w:>8.1f} {c.itl_s * 1e3:>7.1f} {c.throughput_tok_s:>8.1f} {c.max_qps or 0.0:>8.3g}"
                  f" {e['j_per_token']:>8.3f} {e['wh_per_request']:>7.3f} {e['kwh_per_mtok']:>9.3f}")
@@ -279,6 +296,12 @@ def _print_rank(res: Any) -> None:
         click.echo(line)
     if fleet and res.candidates:
         click.echo("(power W, ITL ms, tok/s and max q/s are per replica)")
+    if priced or carbon:
+        click.echo(f"* includes the facility overhead (PUE {res.pue:g}); J/tok, Wh/req and kWh/Mtok are the GPU's own energy")
+    methods = sorted({c.power_method for c in res.candidates})
+    for m in methods:
+        who = "all candidates" if len(methods) == 1 else ", ".join(c.gpu for c in res.candidates if c.power_method == m)
+        click.echo(f"note ({who}): mean power {explain_power_method(m)}")
     if res.excluded:
         click.echo("excluded:")
         for x in res.excluded:
@@ -304,11 +327,12 @@ def gpus(as_json: bool, models: str | None) -> None:
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    click.echo(f"{'GPU':<52} {'TDP W':>6} {'mem GB':>7} {'BW GB/s':>8} {'FP16 TF':>8} {'year':>5} {'idle W':>12}  aliases")
+    gw = max([3] + [len(r["name"]) for r in rows])  # names are never cut
+    click.echo(f"{'GPU':<{gw}} {'TDP W':>6} {'mem GB':>7} {'BW GB/s':>8} {'FP16 TF':>8} {'year':>5} {'idle W':>12}  aliases")
     for r in rows:
         idle = f"{r['idle']['w']:.0f} {'meas' if r['idle']['basis'] == 'measured' else 'est'}"
         aliases = ", ".join(a for a in r["aliases"] if a != r["name"])
-        click.echo(f"{r['name']:<52} {r['tdp_w']:>6.0f} {r['memory_size_gb']:>7.0f} {r['memory_bandwidth_gb_s']:>8.0f} "
+        click.echo(f"{r['name']:<{gw}} {r['tdp_w']:>6.0f} {r['memory_size_gb']:>7.0f} {r['memory_bandwidth_gb_s']:>8.0f} "
                    f"{r['fp16_tflops']:>8.1f} {r['release_year']:>5} {idle:>12}  {aliases}")
     from .server import IDLE_FRACTION_OF_TDP
 
@@ -328,11 +352,12 @@ def llms(as_json: bool, models: str | None) -> None:
         out += [{"name": n, "unsupported_reason": why} for n, why in cat.unsupported_llms]
         click.echo(json.dumps(out, indent=2))
         return
-    click.echo(f"{'LLM':<62} {'params B':>9} {'active B':>9} {'class':<24}")
+    lw = max(len(n) for n in [m.name for m in cat.llms] + [n for n, _ in cat.unsupported_llms])
+    click.echo(f"{'LLM':<{lw}} {'params B':>9} {'active B':>9} {'class':<24}")
     for m in cat.llms:
-        click.echo(f"{m.name:<62} {m.total_params_b:>9.2f} {m.active_params_b:>9.2f} {m.arch_class:<24}")
+        click.echo(f"{m.name:<{lw}} {m.total_params_b:>9.2f} {m.active_params_b:>9.2f} {m.arch_class:<24}")
     for n, why in cat.unsupported_llms:
-        click.echo(f"{n:<62} {'':>9} {'':>9} unsupported: {why}")
+        click.echo(f"{n:<{lw}} {'':>9} {'':>9} unsupported: {why}")
 
 
 if __name__ == "__main__":

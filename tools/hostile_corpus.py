@@ -1,0 +1,488 @@
+#!/usr/bin/env python3
+"""Hostile-input corpus: hundreds of bad inputs through the CLI and the Python API, each classified.
+
+Classes: ``clean error`` (a WattGPUError / ``error:`` line that names what is wrong), ``sane result``
+(finite, physically bounded numbers), ``vague message`` (a clean error that does not name the field or
+file at fault), ``traceback`` (any other exception, or a CLI internal error / Python traceback),
+``nonsense`` (a result where there must be an error, or numbers that break physics), ``hang`` (over the
+per-case time limit) and ``memory blow-up`` (over the memory cap). Exits 1 if any case is a traceback,
+nonsense, hang or blow-up.
+
+Cases run in worker processes (address space capped at ``--mem-mib``, each case under ``--timeout``
+seconds); CLI cases call ``wattgpu.cli.main`` in the worker, and a few also run as real subprocesses.
+Uses only the standard library and the wattgpu package:
+
+    PYTHONPATH=runtime python tools/hostile_corpus.py [-v]
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import math
+import os
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+LLM = "meta-llama/Llama-3.1-8B-Instruct"
+GPU_OK = dict(name="Corpus GPU", tdp_w=300, memory_size_gb=48, memory_bandwidth_gb_s=900, fp16_tflops=150,
+              transistors_million=None, release_year=2022)
+HF_OK = {"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+         "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256, "max_position_embeddings": 8192}
+CLASSES = ("clean error", "sane result", "vague message", "traceback", "nonsense", "hang", "memory blow-up")
+BAD = ("traceback", "nonsense", "hang", "memory blow-up")
+SPECIAL_NUMBERS: list[Any] = [None, "12", math.nan, math.inf, -math.inf, -1, 0, 1e30, 10**400, True, [], {}]
+SPECIAL_TEXT = ["nan", "inf", "-inf", "1e400", "-1", "0", "1e30", "abc", "0x10", "1_000", " ", "１２"]
+
+
+@dataclass
+class Case:
+    """One hostile input. ``expect``: words of which a clean error must contain one (the field/file);
+    ``must_fail``: a result instead of an error is nonsense."""
+
+    name: str
+    run: Callable[[], Any] | None = None
+    argv: list[str] | None = None
+    expect: tuple[str, ...] = ()
+    must_fail: bool = False
+    subprocess: bool = False
+    tags: dict[str, Any] = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------ fixtures
+def make_fixtures(d: Path) -> dict[str, str]:
+    """Files the cases point at (created once, in a temporary directory)."""
+    (d / "dir").mkdir(exist_ok=True)
+    (d / "modeldir").mkdir(exist_ok=True)
+    if not (d / "fifo").exists():
+        os.mkfifo(d / "fifo")
+    if not (d / "loop").is_symlink():
+        (d / "loop").symlink_to(d / "loop")
+    files = {
+        "empty.json": b"", "empty.csv": b"", "binary.json": bytes(range(256)) * 20,
+        "binary.csv": bytes(range(256)) * 20, "latin1.csv": "llm,gpu\ncafé,A30\n".encode("latin-1"),
+        "nan.json": b'{"tdp_w": NaN}', "deep.json": b"[" * 5000 + b"]" * 5000, "array.json": b"[1,2]",
+        "big.json": b" " * 1_000_001 + b"{}", "bigint.json": b'{"tdp_w": ' + b"9" * 5000 + b"}",
+        "longline.csv": b"llm,gpu\n" + b"x" * (2 << 20) + b"\n", "noheader.csv": b"a,b\n1,2\n",
+        "dupheader.csv": b"llm,gpu,gpu\nx,y,z\n", "nul.csv": b"llm,gpu\n\x00\x00,A30\n",
+        "ok.csv": f"llm,gpu\n{LLM},NVIDIA A30\n".encode(),
+        "idle_over_tdp.json": json.dumps({**GPU_OK, "idle_power_w": 500, "tdp_w": 100}).encode(),
+        "clocks.json": json.dumps({**GPU_OK, "base_clock_mhz": 2000, "boost_clock_mhz": 1000}).encode(),
+        "zero_mem.json": json.dumps({**GPU_OK, "memory_size_gb": 0}).encode(),
+        "gpu_ok.json": json.dumps(GPU_OK).encode(), "hf_ok.json": json.dumps(HF_OK).encode(),
+        "hf_heads.json": json.dumps({**HF_OK, "num_attention_heads": 30}).encode(),
+        "hf_neg.json": json.dumps({**HF_OK, "num_hidden_layers": -3}).encode(),
+        "hf_str.json": json.dumps({**HF_OK, "hidden_size": "4096"}).encode(),
+        "hf_kv.json": json.dumps({**HF_OK, "num_key_value_heads": 64}).encode(),
+    }
+    for name, data in files.items():
+        (d / name).write_bytes(data)
+    (d / "modeldir" / "config.json").write_bytes(files["hf_ok.json"])
+    rows = [("max_batch", "nan"), ("max_batch", "inf"), ("input_tokens", "1e400"), ("output_tokens", "-5"),
+            ("qps", "nan"), ("gpu_memory_utilization", "2"), ("engine", "llama.cpp"), ("workload", "burst"),
+            ("gpu", str(d / "idle_over_tdp.json")), ("gpu", "/dev/zero"), ("llm", ""), ("gpu", "Nope")]
+    lines = ["llm,gpu,workload,qps,max_batch,input_tokens,output_tokens,gpu_memory_utilization,engine"]
+    for col, val in rows:
+        cells = {"llm": LLM, "gpu": "NVIDIA A30", "workload": "", "qps": "", "max_batch": "", "input_tokens": "",
+                 "output_tokens": "", "gpu_memory_utilization": "", "engine": ""}
+        cells[col] = val
+        lines.append(",".join(cells.values()))
+    lines.append(f"{LLM},NVIDIA A30,,,,,,,")
+    (d / "mixed.csv").write_text("\n".join(lines) + "\n")
+    (d / "allbad.csv").write_text("llm,gpu\nx,y\n,A30\n")
+    out = {p.name: str(p) for p in d.iterdir()}
+    out["long"] = str(d / ("n" * 300 + ".json"))
+    out["devzero"] = "/dev/zero"
+    return out
+
+
+# ------------------------------------------------------------------ cases
+def build_cases(fx: dict[str, str]) -> list[Case]:
+    import wattgpu
+    from wattgpu import GpuSpec, LlmSpec, Predictor, Workload, default_catalog, rank
+    from wattgpu.batch import predict_csv
+    from wattgpu.hfconfig import llm_from_hf_config, load_llm_file
+    from wattgpu.plot import render_svg
+    from wattgpu.specs import GPU_RANGES, LLM_RANGES
+    from wattgpu.workload import WORKLOAD_NUMBERS
+
+    cases: list[Case] = []
+    pred = Predictor()
+    out_csv = os.path.join(os.path.dirname(fx["ok.csv"]), "out.csv")
+
+    # Workload fields × special values (API)
+    for fname in list(WORKLOAD_NUMBERS) + ["kind", "engine"]:
+        for v in SPECIAL_NUMBERS:
+            base = {"kind": "server", "qps": 1.0} if fname == "qps" else \
+                {"kind": "closed_loop", "concurrency": 4} if fname == "concurrency" else {}
+            kw = {**base, fname: v}
+            cases.append(Case(f"Workload({fname}={v!r:.20})", run=lambda kw=kw: wattgpu.predict(LLM, "A30", **kw),
+                              expect=(fname,)))
+    # GPU fields × specials (API, spec dicts)
+    for fname in GPU_RANGES:
+        for v in (math.nan, -1, 0, 1e30, "300", None, True):
+            d = {**GPU_OK, fname: v}
+            cases.append(Case(f"GpuSpec({fname}={v!r:.20})", run=lambda d=d: pred.predict(LLM, GpuSpec.from_dict(d)),
+                              expect=(fname, "does not fit")))
+    # LLM fields × specials
+    llm_ok = pred.resolve_llm(LLM).to_dict()
+    for fname in LLM_RANGES:
+        for v in (math.nan, -1, 0, 1e30, "8"):
+            d = {**llm_ok, fname: v}
+            cases.append(Case(f"LlmSpec({fname}={v!r:.20})", run=lambda d=d: pred.predict(LlmSpec.from_dict(d), "H100"),
+                              expect=(fname, "does not fit", "active_params_b", "num_kv_heads", "hidden_size")))
+    # HF configs
+    for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size", "num_key_value_heads",
+                "intermediate_size", "max_position_embeddings"):
+        for v in (None, -1, 0, 1e30, "x", math.nan, [1]):
+            cfg = {**HF_OK, key: v}
+            cases.append(Case(f"hf_config({key}={v!r:.20})", run=lambda c=cfg: pred.predict(llm_from_hf_config(c, "x"), "H100"),
+                              expect=(key, "hidden_size", "num_layers", "num_attention_heads", "num_kv_heads",
+                                      "vocab_size", "intermediate_size", "max_position_embeddings", "config",
+                                      "head", "layers")))
+    # cross-field rules
+    for f in ("idle_over_tdp.json", "clocks.json", "zero_mem.json"):
+        cases.append(Case(f"gpu file {f}", run=lambda f=f: pred.predict(LLM, fx[f]), must_fail=True,
+                          expect=("idle_power_w", "boost_clock_mhz", "memory_size_gb")))
+    for f in ("hf_heads.json", "hf_neg.json", "hf_str.json", "hf_kv.json"):
+        cases.append(Case(f"llm file {f}", run=lambda f=f: pred.predict(fx[f], "H100"), must_fail=True,
+                          expect=("num_attention_heads", "num_layers", "num_hidden_layers", "hidden_size", "num_kv_heads")))
+    # path kinds × readers
+    paths = ["dir", "fifo", "loop", "long", "devzero", "empty.json", "binary.json", "nan.json", "deep.json",
+             "array.json", "big.json", "bigint.json"]
+    for p in paths:
+        path = fx.get(p, p)
+        cases.append(Case(f"resolve_gpu({p})", run=lambda q=path: pred.resolve_gpu(Path(q)), must_fail=True,
+                          expect=(os.path.basename(path)[:40], "GPU")))
+        cases.append(Case(f"load_llm_file({p})", run=lambda q=path: load_llm_file(q), must_fail=True,
+                          expect=(os.path.basename(path)[:40],)))
+    for p in ["dir", "fifo", "loop", "long", "devzero", "empty.csv", "binary.csv", "latin1.csv", "longline.csv",
+              "noheader.csv", "dupheader.csv", "nul.csv"]:
+        path = fx.get(p, p)
+        cases.append(Case(f"predict_csv({p})", run=lambda q=path: predict_csv(q, out_csv), must_fail=True,
+                          expect=(os.path.basename(path)[:40],)))
+    for p in ["dir", "fifo", "devzero", "/dev/full", "/nonexistent/dir/o.csv"]:
+        path = fx.get(p, p)
+        cases.append(Case(f"predict_csv(out={p})", run=lambda q=path: predict_csv(fx["ok.csv"], q), must_fail=True,
+                          expect=(os.path.basename(path)[:40] or path,)))
+    # public API × wrong types
+    cat = default_catalog()
+    api: dict[str, Callable[[Any], Any]] = {
+        "catalog.gpu": cat.gpu, "catalog.llm": cat.llm, "catalog.find_gpu": cat.find_gpu,
+        "predict(llm)": lambda x: wattgpu.predict(x, "A30"), "predict(gpu)": lambda x: wattgpu.predict(LLM, x),
+        "predict(workload)": lambda x: wattgpu.predict(LLM, "A30", x), "predict_many": wattgpu.predict_many,
+        "rank(llm)": rank, "rank(gpus)": lambda x: rank(LLM, gpus=x), "rank(workload)": lambda x: rank(LLM, x, gpus=["A30"]),
+        "rank(sort)": lambda x: rank(LLM, gpus=["A30"], sort=x), "rank(max_itl_ms)": lambda x: rank(LLM, gpus=["A30"], max_itl_ms=x),
+        "rank(pue)": lambda x: rank(LLM, gpus=["A30"], pue=x), "Predictor(model_dir)": Predictor,
+        "predict_table": pred.predict_table, "predict_specs": pred.predict_specs,
+        "Workload.from_dict": Workload.from_dict, "GpuSpec.from_dict": GpuSpec.from_dict,
+        "llm_from_hf_config": lambda x: llm_from_hf_config(x, "n"), "predict_csv(in)": lambda x: predict_csv(x, out_csv),
+        "render_svg": render_svg,
+    }
+    for name, fn in api.items():
+        for v in (None, "A30", 5, {}, [None], b"x"):
+            cases.append(Case(f"{name}({v!r:.12})", run=lambda fn=fn, v=v: fn(v),
+                              expect=(name.split("(")[-1].rstrip(")").split(".")[-1], "gpu", "llm", "workload", "rows",
+                                      "triples", "Unknown", "model_dir", "result", "<root>", "path", "sort",
+                                      "max_itl_ms", "pue", "config")))
+    # CSV cells through the batch API
+    for col in ("max_batch", "input_tokens", "output_tokens", "qps", "concurrency", "gpu_memory_utilization",
+                "num_requests", "engine", "workload"):
+        for text in SPECIAL_TEXT:
+            cases.append(Case(f"csv cell {col}={text!r}", run=lambda c=col, t=text: _csv_cell(fx, c, t),
+                              expect=(f"column {col!r}", "column 'qps'", "column 'concurrency'", "column 'workload'")))
+    # CLI (in-process main), options
+    for opt in ("--max-batch", "--qps", "--concurrency", "--input-tokens", "--output-tokens",
+                "--gpu-memory-utilization", "--pue", "--usd-per-kwh", "--gco2-per-kwh"):
+        for text in ("nan", "inf", "-1", "0", "1e400", "abc"):
+            argv = ["predict", "--llm", LLM, "--gpu", "A30", opt, text]
+            if opt == "--qps":
+                argv += ["--workload", "server"]
+            if opt == "--concurrency":
+                argv += ["--workload", "closed_loop"]
+            cases.append(Case(f"cli {opt} {text}", argv=argv,
+                              expect=(opt, opt.lstrip("-").replace("-", "_"), "usd_per_kwh", "gco2_per_kwh", "pue")))
+    for g in ("dir", "fifo", "loop", "long", "devzero", "idle_over_tdp.json", "", " ", "\n", "A30\nB"):
+        cases.append(Case(f"cli --gpu {g!r:.20}", argv=["predict", "--llm", LLM, "--gpu", fx.get(g, g)], must_fail=True,
+                          expect=(os.path.basename(fx.get(g, g))[:30] or "GPU", "GPU", "idle_power_w")))
+    for p in ("dir", "fifo", "loop", "long", "devzero", "empty.csv", "binary.csv", "nul.csv", "noheader.csv"):
+        cases.append(Case(f"cli --input {p}", argv=["predict", "--input", fx.get(p, p), "--output", out_csv],
+                          must_fail=True, expect=(os.path.basename(fx.get(p, p))[:30], "--input")))
+    cases.append(Case("cli --input mixed.csv (skip)", argv=["predict", "--input", fx["mixed.csv"], "--output", out_csv],
+                      tags={"batch_exit": 1}))
+    cases.append(Case("cli --input allbad.csv (skip)", argv=["predict", "--input", fx["allbad.csv"], "--output", out_csv],
+                      tags={"batch_exit": 1}))
+    cases.append(Case("cli --input ok.csv", argv=["predict", "--input", fx["ok.csv"], "--output", out_csv],
+                      tags={"batch_exit": 0}))
+    cases.append(Case("cli --input mixed.csv (stop)", argv=["predict", "--input", fx["mixed.csv"], "--output", out_csv,
+                                                            "--on-error", "stop"], must_fail=True, expect=("line",)))
+    for gpus in ("", ",", "A30,,", "Nope", "A30," * 50):
+        cases.append(Case(f"cli rank --gpus {gpus[:12]!r}", argv=["rank", "--llm", LLM, "--gpus", gpus],
+                          expect=("gpus", "GPU")))
+    for args in (["--max-itl-ms", "nan"], ["--max-itl-ms", "-1"], ["--sort", "cost"], ["--plot", fx["dir"]],
+                 ["--plot", fx["fifo"]], ["--plot", "/dev/full"]):
+        cases.append(Case(f"cli rank {' '.join(args)[:30]}", argv=["rank", "--llm", LLM, "--gpus", "A30", *args],
+                          must_fail=True, expect=("max_itl_ms", "--max-itl-ms", "--sort", "plot", "--plot", "dir",
+                                                  "fifo", "full")))
+    # a few through real processes (exit status, stderr, no hang at process level)
+    for p in ("fifo", "devzero", "long", "binary.csv", "mixed.csv", "ok.csv"):
+        cases.append(Case(f"process --input {p}", argv=["predict", "--input", fx.get(p, p), "--output", out_csv],
+                          subprocess=True, must_fail=p not in ("mixed.csv", "ok.csv"),
+                          expect=(os.path.basename(fx.get(p, p))[:30],),
+                          tags={"batch_exit": {"mixed.csv": 1, "ok.csv": 0}.get(p)}))
+    for argv in (["predict", "--llm", LLM, "--gpu", "A30", "--max-batch", "nan"],
+                 ["predict", "--llm", LLM, "--gpu", fx["fifo"]], ["rank", "--llm", LLM, "--gpus", "A30"]):
+        cases.append(Case(f"process {' '.join(argv[:5])[:40]}", argv=argv, subprocess=True,
+                          expect=("max-batch", "max_batch", "fifo")))
+    return cases
+
+
+def _csv_cell(fx: dict[str, str], col: str, text: str) -> Any:
+    from wattgpu.batch import predict_csv
+
+    d = os.path.dirname(fx["ok.csv"])
+    src, dst = os.path.join(d, f"cell_{os.getpid()}.csv"), os.path.join(d, f"cell_{os.getpid()}_out.csv")
+    row = {"llm": LLM, "gpu": "NVIDIA A30", "workload": "server" if col == "qps" else
+           "closed_loop" if col == "concurrency" else "", col: text}
+    import csv
+
+    with open(src, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=list(row))
+        w.writeheader()
+        w.writerow(row)
+    msgs: list[str] = []
+    summary = predict_csv(src, dst, report=msgs.append)
+    if summary.skipped:
+        from wattgpu import WattGPUError
+
+        raise WattGPUError(msgs[0])  # classified like any other error: clean if it names the column
+    return summary
+
+
+# ------------------------------------------------------------------ classification
+def _sane_prediction(p: Any) -> str | None:
+    from wattgpu.specs import default_catalog
+
+    vals = {"power_w": p.power_w, "itl_s": p.itl_s, "throughput_tok_s": p.throughput_tok_s,
+            "energy_per_token_j": p.energy_per_token_j}
+    for k, v in vals.items():
+        if not (isinstance(v, float) and math.isfinite(v) and v > 0):
+            return f"{k} = {v!r}"
+    gpu = default_catalog().find_gpu(p.gpu)
+    tdp = gpu.tdp_w if gpu is not None else None
+    if tdp is not None and p.power_w > tdp * (1 + 1e-9):
+        return f"power {p.power_w} W above TDP {tdp} W"
+    if p.idle_power_w is not None and p.power_w < p.idle_power_w - 1e-9:
+        return f"power {p.power_w} W below idle {p.idle_power_w} W"
+    return None
+
+
+def check_result(value: Any) -> str | None:
+    """None if ``value`` is a sane result, else what is wrong with it."""
+    from wattgpu import Prediction, RankResult
+
+    if isinstance(value, Prediction):
+        return _sane_prediction(value)
+    if isinstance(value, RankResult):
+        for c in value.candidates:
+            if not (math.isfinite(c.power_w) and c.power_w > 0 and math.isfinite(c.itl_s) and c.itl_s > 0):
+                return f"rank candidate {c.gpu}: power {c.power_w}, itl {c.itl_s}"
+        return None
+    if isinstance(value, (list, tuple)):
+        for v in value:
+            bad = check_result(v)
+            if bad:
+                return bad
+    if isinstance(value, dict):  # predict_table
+        for k, v in value.items():
+            if hasattr(v, "dtype") and v.size and not (v[~(v != v)] > 0).all():
+                return f"table column {k} has non-positive values"
+    return None
+
+
+def classify_exception(case: Case, exc: BaseException) -> tuple[str, str]:
+    from wattgpu import WattGPUError
+
+    msg = str(exc)
+    if isinstance(exc, MemoryError):
+        return "memory blow-up", "MemoryError"
+    if isinstance(exc, _Timeout):
+        return "hang", msg
+    if isinstance(exc, WattGPUError):
+        if "\n" in msg or not msg.strip():
+            return "vague message", "multi-line or empty message"
+        if case.expect and not any(e.lower() in msg.lower() for e in case.expect):
+            return "vague message", msg[:200]
+        return "clean error", msg[:200]
+    return "traceback", f"{type(exc).__name__}: {msg[:200]}"
+
+
+def classify_cli(case: Case, rc: int | None, out: str, err: str) -> tuple[str, str]:
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    if rc is None:
+        return "hang", "timed out"
+    if "Traceback" in err or "Traceback" in out or rc == 70 or rc < 0:
+        return "traceback", (err.strip().splitlines() or ["?"])[-1][:200]
+    want = case.tags.get("batch_exit")
+    if want is not None:
+        summary = lines[-1] if lines else ""
+        if rc != want or "rows read" not in summary:
+            return "nonsense", f"batch exit {rc} (want {want}): {summary[:150]}"
+        return "sane result", summary[:200]
+    if rc in (2, 3):
+        errs = [ln for ln in lines if ln.startswith("error:")]
+        if len(errs) != 1 or len(lines) != 1:
+            return "vague message", f"{len(lines)} stderr lines"
+        if case.expect and not any(e.lower() in errs[0].lower() for e in case.expect):
+            return "vague message", errs[0][:200]
+        return "clean error", errs[0][:200]
+    if rc == 0:
+        if case.must_fail:
+            return "nonsense", f"exit 0 where an error is due: {out[:150]}"
+        low = out.lower()
+        if any(tok.strip("(),;:") in ("nan", "inf", "-inf") for tok in low.split()):
+            return "nonsense", out[:150]
+        return "sane result", out.splitlines()[0][:120] if out else ""
+    return "nonsense", f"exit {rc}: {err[:150]}"
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _on_alarm(*_: Any) -> None:
+    raise _Timeout("over the per-case time limit")
+
+
+def run_in_process(case: Case, timeout: float) -> tuple[str, str]:
+    signal.signal(signal.SIGALRM, _on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, timeout)
+    try:
+        if case.argv is not None:
+            return _run_cli_in_process(case)
+        try:
+            value = case.run()  # type: ignore[misc]
+        except BaseException as exc:  # noqa: BLE001 - every escape is classified
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
+            return classify_exception(case, exc)
+        if case.must_fail:
+            return "nonsense", f"returned {type(value).__name__} where an error is due"
+        bad = check_result(value)
+        return ("nonsense", bad) if bad else ("sane result", type(value).__name__)
+    except _Timeout:
+        return "hang", f"over {timeout:g} s"
+    except MemoryError:
+        return "memory blow-up", "MemoryError"
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def _run_cli_in_process(case: Case) -> tuple[str, str]:
+    from wattgpu.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    rc: int | None = 0
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            main(case.argv, prog_name="wattgpu")
+    except SystemExit as exc:
+        rc = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except (_Timeout, MemoryError):
+        raise
+    except BaseException as exc:  # noqa: BLE001
+        return "traceback", f"{type(exc).__name__}: {str(exc)[:200]}"
+    return classify_cli(case, rc, out.getvalue(), err.getvalue())
+
+
+# ------------------------------------------------------------------ worker / driver
+def worker(fixtures: str, start: int, timeout: float, mem_mib: int) -> None:
+    """Run cases from ``start`` (skipping subprocess ones), one JSON line per case on stdout."""
+    limit = mem_mib * 2**20
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    fx = json.loads(fixtures)
+    cases = build_cases(fx)
+    for i in range(start, len(cases)):
+        c = cases[i]
+        if c.subprocess:
+            continue
+        cls, detail = run_in_process(c, timeout)
+        print(json.dumps({"i": i, "class": cls, "detail": detail}), flush=True)
+
+
+def run_subprocess_case(c: Case, timeout: float, mem_mib: int, env: dict[str, str]) -> tuple[str, str]:
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (mem_mib * 2**20, mem_mib * 2**20))
+
+    try:
+        r = subprocess.run([sys.executable, "-m", "wattgpu.cli", *(c.argv or [])], capture_output=True, text=True,
+                           timeout=timeout, env=env, preexec_fn=limit, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return "hang", f"over {timeout:g} s"
+    if "MemoryError" in r.stderr:
+        return "memory blow-up", r.stderr.strip().splitlines()[-1][:200]
+    return classify_cli(c, r.returncode, r.stdout, r.stderr)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--timeout", type=float, default=30.0, help="seconds per case")
+    ap.add_argument("--mem-mib", type=int, default=3072, help="address-space cap of a worker (MiB)")
+    ap.add_argument("-v", "--verbose", action="store_true", help="print every case, not only the bad ones")
+    ap.add_argument("--worker", nargs=2, metavar=("FIXTURES_JSON", "START"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        worker(args.worker[0], int(args.worker[1]), args.timeout, args.mem_mib)
+        return 0
+    t0 = time.perf_counter()
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "runtime"), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    sys.path.insert(0, str(ROOT / "runtime"))
+    with tempfile.TemporaryDirectory(prefix="wattgpu-corpus-") as tmp:
+        fx = make_fixtures(Path(tmp))
+        cases = build_cases(fx)
+        results: dict[int, tuple[str, str]] = {}
+        start = 0
+        while start < len(cases):  # workers; a worker that dies blames the case it was running
+            proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", json.dumps(fx), str(start),
+                                     "--timeout", str(args.timeout), "--mem-mib", str(args.mem_mib)],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp)
+            assert proc.stdout is not None
+            last = start - 1
+            for line in proc.stdout:
+                rec = json.loads(line)
+                results[rec["i"]] = (rec["class"], rec["detail"])
+                last = rec["i"]
+            err = proc.stderr.read() if proc.stderr else ""
+            rc = proc.wait()
+            nxt = next((i for i in range(last + 1, len(cases)) if not cases[i].subprocess), None)
+            if nxt is None:
+                break
+            died = "memory blow-up" if ("MemoryError" in err or rc == -signal.SIGKILL) else "traceback"
+            results[nxt] = (died, f"worker died (exit {rc}): {err.strip().splitlines()[-1:] or ''}")
+            start = nxt + 1
+        for i, c in enumerate(cases):
+            if c.subprocess:
+                results[i] = run_subprocess_case(c, args.timeout, args.mem_mib, env)
+    counts = Counter(cls for cls, _ in results.values())
+    for i, c in enumerate(cases):
+        cls, detail = results.get(i, ("traceback", "no result"))
+        if args.verbose or cls in BAD or cls == "vague message":
+            print(f"[{cls}] {c.name}: {detail}")
+    print(f"{len(cases)} cases in {time.perf_counter() - t0:.0f} s: "
+          + ", ".join(f"{cls} {counts.get(cls, 0)}" for cls in CLASSES))
+    return 1 if any(counts.get(cls, 0) for cls in BAD) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

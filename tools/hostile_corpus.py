@@ -126,36 +126,36 @@ def build_cases(fx: dict[str, str]) -> list[Case]:
             base = {"kind": "server", "qps": 1.0} if fname == "qps" else \
                 {"kind": "closed_loop", "concurrency": 4} if fname == "concurrency" else {}
             kw = {**base, fname: v}
-            cases.append(Case(f"Workload({fname}={v!r:.20})", run=lambda kw=kw: wattgpu.predict(LLM, "A30", **kw),
+            cases.append(Case(f"Workload({fname}={v!r:.20})", run=lambda kw=kw: wattgpu.predict("A30", LLM, **kw),
                               expect=(fname,)))
     # GPU fields × specials (API, spec dicts)
     for fname in GPU_RANGES:
         for v in (math.nan, -1, 0, 1e30, "300", None, True):
             d = {**GPU_OK, fname: v}
-            cases.append(Case(f"GpuSpec({fname}={v!r:.20})", run=lambda d=d: pred.predict(LLM, GpuSpec.from_dict(d)),
+            cases.append(Case(f"GpuSpec({fname}={v!r:.20})", run=lambda d=d: pred.predict(GpuSpec.from_dict(d), LLM),
                               expect=(fname, "does not fit")))
     # LLM fields × specials
     llm_ok = pred.resolve_llm(LLM).to_dict()
     for fname in LLM_RANGES:
         for v in (math.nan, -1, 0, 1e30, "8"):
             d = {**llm_ok, fname: v}
-            cases.append(Case(f"LlmSpec({fname}={v!r:.20})", run=lambda d=d: pred.predict(LlmSpec.from_dict(d), "H100"),
+            cases.append(Case(f"LlmSpec({fname}={v!r:.20})", run=lambda d=d: pred.predict("H100", LlmSpec.from_dict(d)),
                               expect=(fname, "does not fit", "active_params_b", "num_kv_heads", "hidden_size")))
     # HF configs
     for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size", "num_key_value_heads",
                 "intermediate_size", "max_position_embeddings"):
         for v in (None, -1, 0, 1e30, "x", math.nan, [1]):
             cfg = {**HF_OK, key: v}
-            cases.append(Case(f"hf_config({key}={v!r:.20})", run=lambda c=cfg: pred.predict(llm_from_hf_config(c, "x"), "H100"),
+            cases.append(Case(f"hf_config({key}={v!r:.20})", run=lambda c=cfg: pred.predict("H100", llm_from_hf_config(c, "x")),
                               expect=(key, "hidden_size", "num_layers", "num_attention_heads", "num_kv_heads",
                                       "vocab_size", "intermediate_size", "max_position_embeddings", "config",
                                       "head", "layers")))
     # cross-field rules
     for f in ("idle_over_tdp.json", "clocks.json", "zero_mem.json"):
-        cases.append(Case(f"gpu file {f}", run=lambda f=f: pred.predict(LLM, fx[f]), must_fail=True,
+        cases.append(Case(f"gpu file {f}", run=lambda f=f: pred.predict(fx[f], LLM), must_fail=True,
                           expect=("idle_power_w", "boost_clock_mhz", "memory_size_gb")))
     for f in ("hf_heads.json", "hf_neg.json", "hf_str.json", "hf_kv.json"):
-        cases.append(Case(f"llm file {f}", run=lambda f=f: pred.predict(fx[f], "H100"), must_fail=True,
+        cases.append(Case(f"llm file {f}", run=lambda f=f: pred.predict("H100", fx[f]), must_fail=True,
                           expect=("num_attention_heads", "num_layers", "num_hidden_layers", "hidden_size", "num_kv_heads")))
     # path kinds × readers
     paths = ["dir", "fifo", "loop", "long", "devzero", "empty.json", "binary.json", "nan.json", "deep.json",
@@ -179,8 +179,8 @@ def build_cases(fx: dict[str, str]) -> list[Case]:
     cat = default_catalog()
     api: dict[str, Callable[[Any], Any]] = {
         "catalog.gpu": cat.gpu, "catalog.llm": cat.llm, "catalog.find_gpu": cat.find_gpu,
-        "predict(llm)": lambda x: wattgpu.predict(x, "A30"), "predict(gpu)": lambda x: wattgpu.predict(LLM, x),
-        "predict(workload)": lambda x: wattgpu.predict(LLM, "A30", x), "predict_many": wattgpu.predict_many,
+        "predict(llm)": lambda x: wattgpu.predict("A30", x), "predict(gpu)": lambda x: wattgpu.predict(x, LLM),
+        "predict(workload)": lambda x: wattgpu.predict("A30", LLM, x), "predict_many": wattgpu.predict_many,
         "rank(llm)": rank, "rank(gpus)": lambda x: rank(LLM, gpus=x), "rank(workload)": lambda x: rank(LLM, x, gpus=["A30"]),
         "rank(sort)": lambda x: rank(LLM, gpus=["A30"], sort=x), "rank(max_itl_ms)": lambda x: rank(LLM, gpus=["A30"], max_itl_ms=x),
         "rank(pue)": lambda x: rank(LLM, gpus=["A30"], pue=x), "Predictor(model_dir)": Predictor,

@@ -270,6 +270,16 @@ class BatchSummary:
     def __iter__(self) -> Iterator[int]:  # ``n_ok, n_bad = predict_csv(...)`` keeps working
         return iter((self.predicted, self.skipped))
 
+    def __eq__(self, other: object) -> bool:  # equal to the 0.1 return value (predicted, skipped) too
+        if isinstance(other, tuple):
+            return (self.predicted, self.skipped) == other
+        if isinstance(other, BatchSummary):
+            return (self.rows_read, self.predicted, self.skipped, self.reasons) == \
+                (other.rows_read, other.predicted, other.skipped, other.reasons)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
     @property
     def exit_code(self) -> int:
         """0 when every row was predicted, 1 when any was skipped (see docs/errors.md)."""

@@ -154,7 +154,7 @@ def _rows(f: IO[str], path: str) -> tuple[list[str], Iterator[tuple[int, dict[st
     return cols, gen()
 
 
-class _BoundedCache(dict):  # type: ignore[type-arg]
+class _BoundedCache(dict[Any, Any]):
     def put(self, key: Any, value: Any) -> Any:
         if len(self) >= CACHE_LIMIT:
             self.clear()

@@ -2,7 +2,8 @@
 
 Input columns: ``llm``, ``gpu`` (required) and optional workload fields ``workload`` (or ``kind``),
 ``max_batch``, ``qps``, ``concurrency``, ``input_tokens``, ``output_tokens``, ``engine``,
-``gpu_memory_utilization``, ``num_requests``, ``kv_cache_dtype``; an empty cell takes the default. Unknown columns are
+``gpu_memory_utilization``, ``num_requests``, ``kv_cache_dtype``, ``engine_era``, ``itl_stat``; an empty cell takes
+the default. Unknown columns are
 copied through. Output: the input columns, then :data:`OUTPUT_COLUMNS`, then ``error``.
 """
 from __future__ import annotations
@@ -17,6 +18,7 @@ from .workload import Workload
 CHUNK_ROWS = 4096
 INT_FIELDS = ("max_batch", "input_tokens", "output_tokens", "num_requests")
 FLOAT_FIELDS = ("qps", "concurrency", "gpu_memory_utilization")
+TEXT_FIELDS = ("engine", "kv_cache_dtype", "engine_era", "itl_stat")  # validated by Workload
 OUTPUT_COLUMNS = (
     "power_w", "itl_s", "throughput_tok_s", "energy_per_token_j", "energy_per_request_j", "wh_per_request",
     "kwh_per_mtok", "usd_per_mtok", "gco2_per_mtok", "effective_batch", "busy_fraction", "power_method",
@@ -43,11 +45,11 @@ def row_workload(row: dict[str, str], defaults: Workload) -> Workload:
             kw["qps"] = None
         if kind != "closed_loop":
             kw["concurrency"] = None
-    for name in INT_FIELDS + FLOAT_FIELDS + ("engine", "kv_cache_dtype"):
+    for name in INT_FIELDS + FLOAT_FIELDS + TEXT_FIELDS:
         text = (row.get(name) or "").strip()
         if not text:
             continue
-        if name in ("engine", "kv_cache_dtype"):
+        if name in TEXT_FIELDS:
             kw[name] = text
             continue
         try:

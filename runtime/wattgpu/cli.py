@@ -8,7 +8,7 @@ from typing import Any, Callable
 import click
 
 from .errors import WattGPUError
-from .workload import ENGINES, KINDS, KV_CACHE_DTYPES, Workload
+from .workload import ENGINE_ERAS, ENGINES, ITL_STATS, KINDS, KV_CACHE_DTYPES, Workload
 
 
 def _fail(exc: Exception, code: int = 2) -> None:
@@ -51,6 +51,12 @@ def workload_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--gpu-memory-utilization", type=float, default=_WL.gpu_memory_utilization, show_default=True),
         click.option("--kv-cache-dtype", type=click.Choice(KV_CACHE_DTYPES), default=_WL.kv_cache_dtype, show_default=True,
                      help="KV-cache element type: auto (16-bit) or fp8 (1 byte)."),
+        click.option("--engine-era", type=click.Choice(ENGINE_ERAS), default="current", show_default=True,
+                     help="Serving-stack era: current = vLLM >= 0.6 and its contemporaries (today's stack); "
+                          "legacy = older stacks (vLLM <= 0.5, HF transformers loops, TGIS)."),
+        click.option("--itl-stat", type=click.Choice(ITL_STATS), default="mean", show_default=True,
+                     help="Which ITL statistic to predict: mean decode gap per request ((e2e - TTFT)/(tokens - 1)) "
+                          "or the median inter-token gap."),
     ]
     for o in reversed(opts):
         fn = o(fn)
@@ -58,12 +64,13 @@ def workload_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def make_workload(kind: str | None, max_batch: int, qps: float | None, concurrency: float | None, input_tokens: int,
-                  output_tokens: int, engine: str, gpu_memory_utilization: float, kv_cache_dtype: str = "auto") -> Workload:
+                  output_tokens: int, engine: str, gpu_memory_utilization: float, kv_cache_dtype: str = "auto",
+                  engine_era: str = "current", itl_stat: str = "mean") -> Workload:
     if kind is None:
         kind = "server" if qps is not None else "offline"
     return Workload(kind=kind, max_batch=max_batch, qps=qps, concurrency=concurrency, input_tokens=input_tokens,
                     output_tokens=output_tokens, engine=engine, gpu_memory_utilization=gpu_memory_utilization,
-                    kv_cache_dtype=kv_cache_dtype)
+                    kv_cache_dtype=kv_cache_dtype, engine_era=engine_era, itl_stat=itl_stat)
 
 
 def dtype_option(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -14,7 +14,7 @@ import numpy as np
 
 from . import memory, physics
 from .specs import GpuSpec, LlmSpec, MEMORY_TYPES
-from .workload import ENGINES, KINDS, Workload
+from .workload import ENGINE_ERAS, ENGINES, ITL_STATS, KINDS, Workload
 
 Columns = dict[str, np.ndarray]
 
@@ -64,7 +64,8 @@ def _llm_values(m: LlmSpec) -> tuple[float, ...]:
 def _wl_values(w: Workload) -> tuple[float, ...]:
     return (*(float(getattr(w, f)) for f in _WL_FIELDS), _code(KINDS, w.kind), _code(ENGINES, w.engine),
             _code(SCENARIOS, physics.paper_scenario(w.kind, w.qps)), _opt(w.qps), _opt(w.concurrency),
-            math.inf if w.num_requests is None else float(w.num_requests), memory.kv_element_bytes(w.kv_cache_dtype))
+            math.inf if w.num_requests is None else float(w.num_requests), memory.kv_element_bytes(w.kv_cache_dtype),
+            _code(ENGINE_ERAS, w.engine_era), _code(ITL_STATS, w.itl_stat))
 
 
 # Raw column names, in the order the ``_*_values`` functions above return them.
@@ -73,7 +74,7 @@ _GPU_KEYS = (*("gpu_" + f for f in _GPU_FIELDS), "gpu_base_clock_mhz", "gpu_boos
 _LLM_KEYS = (*("llm_" + f for f in _LLM_FIELDS), "llm_model_type_code", "llm_kv_lora_rank", "llm_qk_rope_head_dim",
              "llm_sliding_window", "llm_sliding_window_layers", "llm_fp8_compute")
 _WL_KEYS = (*("wl_" + f for f in _WL_FIELDS), "wl_kind_code", "wl_engine_code", "wl_scenario_code", "wl_qps",
-            "wl_concurrency", "wl_num_requests", "wl_kv_element_bytes")
+            "wl_concurrency", "wl_num_requests", "wl_kv_element_bytes", "wl_engine_era_code", "wl_itl_stat_code")
 
 
 def columns(rows: Iterable[tuple[GpuSpec, LlmSpec, Workload]]) -> Columns:
@@ -156,6 +157,8 @@ def derive(c: Columns) -> Columns:
     c["roofline_duty"] = physics.roofline_duty(c["roofline_itl_s"], c["llm_num_layers"],
                                                _layer_overhead_s(c["wl_engine_code"]))
     c["duty_power_w"] = physics.duty_power_w(c["gpu_tdp_w"], c["roofline_duty"])
+    # roofline + per-layer engine overhead: a decode step's physical time (monotone in batch and context)
+    c["step_time_s"] = c["roofline_itl_s"] / c["roofline_duty"]
     return c
 
 
@@ -268,6 +271,15 @@ _alias("wl_input_tokens", "wl_input_tokens", "tokens", "mean prompt length")
 _alias("wl_output_tokens", "wl_output_tokens", "tokens", "mean generated length")
 
 
+_alias("wl_engine_era_code", "wl_engine_era_code", "ordinal", f"serving-stack era in order {ENGINE_ERAS}")
+_alias("wl_itl_stat_code", "wl_itl_stat_code", "ordinal", f"ITL statistic in order {ITL_STATS}")
+
+
+@feature("wl_log_arrival_rate", "log(req/s)", "log of the Poisson arrival rate (server); NaN for offline and closed loop")
+def _log_qps(c: Columns) -> np.ndarray:
+    return np.log(c["wl_qps"])
+
+
 @feature("wl_log_eff_batch", "log(sequences)", "log of the effective decode batch (cap, requests, memory)")
 def _log_batch(c: Columns) -> np.ndarray:
     return np.log(c["eff_batch"])
@@ -310,6 +322,27 @@ def _cshare(c: Columns) -> np.ndarray:
 @feature("log_roofline_tok_s_per_w", "log(tok/s/W)", "log roofline throughput per watt of TDP")
 def _tok_per_w(c: Columns) -> np.ndarray:
     return np.log(c["eff_batch"] / c["roofline_itl_s"] / c["gpu_tdp_w"])
+
+
+@feature("log_weight_read_s", "log(s)", "log of the time to read the active weights once at peak bandwidth "
+         "(GPU x LLM speed, independent of batch and context)")
+def _log_wread(c: Columns) -> np.ndarray:
+    return np.log(c["active_weights_bytes"] / (c["gpu_memory_bandwidth_gb_s"] * 1e9))
+
+
+@feature("log_overhead_share", "log(ratio)", "log of (layers x engine per-layer overhead) / weight-read time: "
+         "how launch-bound a decode step is at batch 1 (independent of batch and context)")
+def _log_ovh(c: Columns) -> np.ndarray:
+    t = c["active_weights_bytes"] / (c["gpu_memory_bandwidth_gb_s"] * 1e9)
+    return np.log(c["llm_num_layers"] * _layer_overhead_s(c["wl_engine_code"]) / t)
+
+
+@feature("weights_compute_share", "ratio", "FLOP time of a decode step / time to read the weights once: grows "
+         "with the batch, independent of context")
+def _wshare(c: Columns) -> np.ndarray:
+    t_w = c["active_weights_bytes"] / (c["gpu_memory_bandwidth_gb_s"] * 1e9)
+    t_flop = 2.0 * c["llm_active_params_b"] * 1e9 * c["eff_batch"] / (c["gpu_fp16_tflops"] * 1e12)
+    return t_flop / t_w
 
 
 @feature("roofline_duty", "fraction", "roofline step time / (roofline + per-layer engine overhead): busy share of a step")

@@ -32,6 +32,15 @@ ENGINE_ALIASES = {
 }
 
 
+# Serving-stack era: "legacy" = stacks before vLLM's 0.6 scheduler rewrite (September 2024): HF
+# transformers generate loops, TGI/TGIS, vLLM <= 0.5, and the TensorRT-LLM / DeepSpeed-MII releases of
+# that time; "current" = vLLM >= 0.6 and its contemporaries. Default: today's stack.
+ENGINE_ERAS = ("legacy", "current")
+# Which per-sequence ITL statistic is asked for: "mean" = mean decode gap (e2e − TTFT)/(tokens − 1),
+# averaged over requests (vLLM's mean TPOT); "median" = median inter-token gap. Default: mean.
+ITL_STATS = ("mean", "median")
+
+
 def canonical_engine(name: str) -> str:
     """Map an engine spelling (``vLLM``, ``TRT-LLM`` …) to its canonical name or raise naming the choices."""
     key = name.strip().lower().replace(" ", "_") if isinstance(name, str) else None
@@ -48,6 +57,9 @@ class Workload:
     - ``server``: Poisson arrivals at ``qps`` requests/s; the GPU idles between requests.
     - ``closed_loop``: ``concurrency`` clients, each sending its next request when the last finished.
 
+    ``engine_era`` (``legacy`` | ``current``, default ``current``) and ``itl_stat`` (``mean`` |
+    ``median``, default ``mean``) describe the serving stack and which ITL statistic is predicted.
+
     ``concurrency`` (when set) is the measured or fixed number of sequences decoding together; it
     overrides what the batch cap and the memory would allow, up to the memory limit.
     ``kv_cache_dtype``: the engine's KV-cache element type, ``auto`` (16-bit) or ``fp8`` (1 byte).
@@ -63,10 +75,17 @@ class Workload:
     gpu_memory_utilization: float = 0.9
     num_requests: int | None = None
     kv_cache_dtype: str = "auto"
+    engine_era: str = "current"
+    itl_stat: str = "mean"
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise SpecValidationError("workload", "kind", self.kind, f"one of {', '.join(KINDS)}")
+        if self.engine_era not in ENGINE_ERAS:
+            raise SpecValidationError("workload", "engine_era", self.engine_era,
+                                      f"one of {', '.join(ENGINE_ERAS)} (legacy = before vLLM 0.6)")
+        if self.itl_stat not in ITL_STATS:
+            raise SpecValidationError("workload", "itl_stat", self.itl_stat, f"one of {', '.join(ITL_STATS)}")
         object.__setattr__(self, "engine", canonical_engine(self.engine))
         ints = {"max_batch": (1, 65536), "input_tokens": (1, 1_048_576), "output_tokens": (1, 1_048_576)}
         for name, (lo, hi) in ints.items():

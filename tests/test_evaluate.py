@@ -16,7 +16,7 @@ from wattgpu_train import metrics as M
 from wattgpu_train.cli import main
 from wattgpu_train.dataset import build_dataset
 from wattgpu_train.loading import load_catalog, load_training_records
-from wattgpu_train.recipes import BASE_PARAMS, ModelRecipe
+from wattgpu_train.recipes import BASE_PARAMS, ModelRecipe, Recipe
 
 from .synthetic_watt_counts import make_synthetic_watt_counts
 
@@ -140,7 +140,7 @@ def test_interval_calibration_never_sees_held_out_gpu(records, monkeypatch):
 
     monkeypatch.setattr(E, "grouped_oof", spy)
     logo = E.oof_predictions(mr, ds, E.make_folds(ds.records, "logo"), n_jobs=1)
-    out = E.logo_interval_coverage(mr, ds, logo, n_jobs=1)
+    out = E.logo_interval_coverage(Recipe("t", power=mr, itl=mr), "power", ds, logo, {}, n_jobs=1)
     gpus = sorted(ds.records["gpu"].unique())
     assert len(seen) == len(gpus)
     for held_out, train_gpus in zip(gpus, seen):

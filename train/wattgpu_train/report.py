@@ -56,8 +56,8 @@ def evaluate_markdown(r: dict[str, Any], runtime_s: float | None = None) -> str:
            f"{r['protocol']['cv_folds']}-fold on {r['protocol']['cv_group']}. MdAPE in physical units "
            "(W, s/token). Kendall τ: GPU ranking within (LLM, designed workload) and LLM ranking within "
            "(GPU, designed workload), groups with ≥ 2 items (count in brackets).", "",
-           "**Nested selection:** " + r.get("selection", {}).get("method", "none") + ". "
-           + r["protocol"]["model_selection_note"], "",
+           "**Selection:** " + r.get("selection", {}).get("method", "none") + ". "
+           + r["protocol"]["model_selection_note"][:1].upper() + r["protocol"]["model_selection_note"][1:], "",
            f"The last column holds the paper's figures, **{PUBLISHED_LABEL}** (vLLM offline + Poisson "
            "server runs on 8 GPUs); they are context, not a comparison on the same rows.", ""]
     for target in ("power", "itl"):

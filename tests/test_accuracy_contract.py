@@ -188,8 +188,8 @@ def test_server_power_follows_the_arrival_rate(tmp_path):
     checked = 0
     for m, g in pairs:
         try:  # the synthetic file pairs some models with GPUs they do not fit on (T4): skipped
-            low = pred.predict(m, g, Workload(kind="server", qps=0.017)).power_w
-            high = pred.predict(m, g, Workload(kind="server", qps=0.33)).power_w
+            low = pred.predict(g, m, Workload(kind="server", qps=0.017)).power_w
+            high = pred.predict(g, m, Workload(kind="server", qps=0.33)).power_w
         except ModelFitError:
             continue
         assert truth[(m, g, "server_low")] < truth[(m, g, "server_high")]

@@ -154,7 +154,7 @@ def test_learned_itl_rises_with_batch_and_context(pred: Predictor, llms: dict) -
 
 @pytest.mark.xfail(strict=False, reason="monotone constraints fix the direction of power and ITL in the batch, not "
                    "their slope: energy/token = P·ITL/batch can still rise with the cap where the learned ITL "
-                   "grows faster than the batch (65 of 221 GPU×LLM pairs after issue 13)")
+                   "grows faster than the batch (66 of 221 GPU×LLM pairs after issue 13)")
 def test_learned_offline_energy_falls_with_batch_cap(pred: Predictor, llms: dict) -> None:
     pairs = _fitting(pred, llms, Workload())
     rows = [(g, m, Workload(max_batch=b)) for g, m, _ in pairs for b in BATCHES]

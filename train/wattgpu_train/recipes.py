@@ -89,8 +89,11 @@ _POWER_FEATURES = (*_STACK, "wl_log_eff_batch", "wl_log_arrival_rate", "llm_log_
                    "roofline_compute_share", "log_roofline_itl", "log_roofline_tok_s_per_w")
 # ITL: the tree learns log(measured / (roofline + layers × engine overhead)). Batch enters only through
 # inputs constrained to rise with it; the GPU through the weight-read time (monotone in bandwidth).
-_ITL_FEATURES = (*_STACK, "wl_itl_stat_code", "wl_log_eff_batch", "llm_log_params_b", "llm_layers",
-                 "log_weight_read_s", "weights_compute_share")
+# No workload kind: at the same batch a decode step takes the same time whether the batch came from a
+# queue or from clients (the kind mostly told sources apart), and capacity (closed loop) must not beat
+# the offline throughput of the same batch.
+_ITL_FEATURES = ("wl_engine_code", "wl_engine_era_code", "wl_itl_stat_code", "wl_log_eff_batch", "llm_log_params_b",
+                 "llm_layers", "log_weight_read_s", "weights_compute_share")
 
 # Candidates chosen among INSIDE each training fold (evaluate.py, nested): the figure reported for a
 # split never comes from a choice that saw its test rows. The first candidate is the fallback.

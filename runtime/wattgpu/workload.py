@@ -6,6 +6,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
 from .errors import SpecValidationError
+from .parallel import check_tp_value
 from .specs import check_number
 
 KV_CACHE_DTYPES = ("auto", "fp8")
@@ -60,6 +61,9 @@ class Workload:
     ``engine_era`` (``legacy`` | ``current``, default ``current``) and ``itl_stat`` (``mean`` |
     ``median``, default ``mean``) describe the serving stack and which ITL statistic is predicted.
 
+    ``tp`` is the tensor-parallel degree: the model is split over ``tp`` GPUs of the chosen type
+    (see :mod:`wattgpu.parallel`); power is then predicted per GPU and summed for the group.
+
     ``concurrency`` (when set) is the measured or fixed number of sequences decoding together; it
     overrides what the batch cap and the memory would allow, up to the memory limit.
     ``kv_cache_dtype``: the engine's KV-cache element type, ``auto`` (16-bit) or ``fp8`` (1 byte).
@@ -77,6 +81,7 @@ class Workload:
     kv_cache_dtype: str = "auto"
     engine_era: str = "current"
     itl_stat: str = "mean"
+    tp: int = 1
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -86,6 +91,7 @@ class Workload:
                                       f"one of {', '.join(ENGINE_ERAS)} (legacy = before vLLM 0.6)")
         if self.itl_stat not in ITL_STATS:
             raise SpecValidationError("workload", "itl_stat", self.itl_stat, f"one of {', '.join(ITL_STATS)}")
+        object.__setattr__(self, "tp", check_tp_value(self.tp))
         object.__setattr__(self, "engine", canonical_engine(self.engine))
         ints = {"max_batch": (1, 65536), "input_tokens": (1, 1_048_576), "output_tokens": (1, 1_048_576)}
         for name, (lo, hi) in ints.items():

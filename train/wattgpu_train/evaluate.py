@@ -33,6 +33,7 @@ SPLIT_GROUP = {"logo": "gpu", "lolo": "llm", "loso": "source"}
 # Inner folds of the nested selection: splits with few groups (GPUs, sources) hold out one group at a
 # time inside the training fold, like the outer split; the others use a grouped 3-fold (cost).
 INNER_K = {"logo": LEAVE_ONE_GROUP_OUT, "loso": LEAVE_ONE_GROUP_OUT}
+TP_SPLITS = ("logo", "lolo", "cv")
 CV_FOLDS = 5
 QUICK_CV_FOLDS = 3
 QUICK_TREES = 25
@@ -290,26 +291,34 @@ def evaluate(records: pd.DataFrame, catalog: Catalog, quick: bool = False, n_job
     preds: dict[str, dict[str, dict[str, np.ndarray]]] = {}
     datasets: dict[str, Dataset] = {}
     chosen: dict[str, dict[str, dict[str, dict[str, int]]]] = {}
+    tp_out: dict[str, Any] = {}
     for target in TARGETS:
-        ds = build_dataset(records, catalog, target)
+        full = build_dataset(records, catalog, target)
+        # Models train on single-GPU and tensor-parallel rows; the main tables score single-GPU rows only
+        # (comparable with earlier reports), the TP rows are scored on their own (tp_tables).
+        one = np.asarray(full.cols["wl_tp"]) == 1
+        ds = full.subset(one)
         datasets[target] = ds
         y = ds.y_physical(target)
         base = baselines.POWER_BASELINES if target == "power" else baselines.ITL_BASELINES
         res: dict[str, Any] = {}
         per_source: dict[str, Any] = {}
         preds[target] = {}
+        tp_pm: dict[str, dict[str, np.ndarray]] = {}
         for split in SPLITS:
-            folds = make_folds(ds.records, split, cv_folds)
+            folds = make_folds(full.records, split, cv_folds)
             log(f"{target} {split}: {len(folds)} folds")
-            pm: dict[str, np.ndarray] = {}
+            pm_full: dict[str, np.ndarray] = {}
             for name, rec in methods.items():
                 if len(rec.candidates(target)) > 1:
-                    pm[name], ch = nested_oof(rec, target, ds, folds, split, n_jobs=n_jobs)
+                    pm_full[name], ch = nested_oof(rec, target, full, folds, split, n_jobs=n_jobs)
                     chosen.setdefault(target, {}).setdefault(split, {})[name] = ch
                 else:
-                    pm[name] = oof_predictions(rec.model(target), ds, folds, n_jobs=n_jobs)
+                    pm_full[name] = oof_predictions(rec.model(target), full, folds, n_jobs=n_jobs)
             for name, fn in base.items():
-                pm[name] = fn(ds)
+                pm_full[name] = fn(full)
+            tp_pm[split] = {name: p[~one] for name, p in pm_full.items()}
+            pm = {name: p[one] for name, p in pm_full.items()}
             preds[target][split] = pm
             res[split] = {name: score(y, p, ds.records) for name, p in pm.items()}
             res[split]["folds"] = len(folds)
@@ -320,7 +329,9 @@ def evaluate(records: pd.DataFrame, catalog: Catalog, quick: bool = False, n_job
                                           for name, p in pm.items()}
         res["per_source"] = per_source
         out[target] = res
+        tp_out[target] = tp_tables(full.subset(~one), tp_pm, target)
 
+    out["tp"] = tp_out
     out["energy_pick"] = _energy_pick(datasets, preds)
     log("intervals: nested leave-one-GPU-out calibration")
     out["intervals"] = {t: logo_interval_coverage(methods["default"], t, datasets[t], preds[t]["logo"]["default"],
@@ -354,7 +365,8 @@ def evaluate(records: pd.DataFrame, catalog: Catalog, quick: bool = False, n_job
         "per_source": "pooled out-of-fold predictions (models trained on all sources) scored on each source's rows",
         "recipes": {k: {t: {"features": list(r.model(t).features), "transform": r.model(t).transform,
                             "params": {p: v for p, v in r.model(t).params.items() if p != "n_jobs"},
-                            "monotone": dict(r.model(t).monotone)} for t in TARGETS} for k, r in methods.items()},
+                            "monotone": dict(r.model(t).monotone), "tp_row_weight": r.model(t).tp_row_weight}
+                        for t in TARGETS} for k, r in methods.items()},
         "model_selection_note": "hyperparameters and recipes among recipes.DEFAULT's grid are chosen inside each "
                                 "outer fold (nested); the grid itself and the feature sets were designed while "
                                 "looking at earlier runs on this data, so some design-level selection remains.",
@@ -367,6 +379,24 @@ def _describe(m: ModelRecipe) -> str:
     p = m.params
     return (f"{m.transform}, {len(m.features)} features, depth {p.get('max_depth')}, {p.get('n_estimators')} trees, "
             f"lr {p.get('learning_rate')}")
+
+
+def tp_tables(ds: Dataset, preds: dict[str, dict[str, np.ndarray]], target: str) -> dict[str, Any]:
+    """Scores on the tensor-parallel rows alone (out-of-fold predictions of models trained on every row):
+    LOGO holds out the GPU type with all its single- and multi-GPU rows, LOLO the LLM likewise."""
+    if not len(ds):
+        return {"rows": 0}
+    y = ds.y_physical(target)
+    out: dict[str, Any] = {
+        "rows": len(ds), "gpus": sorted(ds.records["gpu"].unique().tolist()),
+        "llms": int(ds.records["llm"].nunique()),
+        "tp_values": sorted({int(t) for t in np.asarray(ds.cols["wl_tp"])}),
+        "rows_by_source": {k: int(v) for k, v in ds.records["source"].value_counts().sort_index().items()},
+    }
+    for split in TP_SPLITS:
+        if split in preds:
+            out[split] = {name: score(y, p, ds.records) for name, p in preds[split].items()}
+    return out
 
 
 def _energy_pick(datasets: dict[str, Dataset], preds: dict[str, Any]) -> dict[str, Any]:

@@ -10,8 +10,8 @@ row counts; :func:`exclusion_report` recomputes the per-rule counts.
 
 Extra columns kept after the record columns (all prefixed ``x_``): ``x_precision`` (weight format
 as served: float16, bfloat16, float16|bfloat16, fp8, mxfp4, or ``float16 (assumed)``),
-``x_num_gpus``, ``x_task``, ``x_source_gpu`` (the GPU string as the source spells it) and
-``x_llm_source_name``.
+``x_num_gpus``, ``x_task``, ``x_source_gpu`` (the GPU string as the source spells it),
+``x_llm_source_name`` and ``x_tp`` (tensor-parallel degree; power_w is per GPU, itl_s per sequence).
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ SOURCES: tuple[str, ...] = ("mlenergy_v1", "mlenergy_v2", "mlenergy_v3", "argonn
 # ``llm_not_in_catalog`` (counted), any other unknown LLM is an error.
 _NOT_IN_CATALOG = {("llmperf_techgrandpa", "Qwen/Qwen2.5-Coder-14B-Instruct")}
 DECODER_ARCH_CLASSES = ("decoder_transformer", "decoder_moe_transformer")
-EXTRA_COLUMNS = ("x_precision", "x_num_gpus", "x_task", "x_source_gpu", "x_llm_source_name")
+EXTRA_COLUMNS = ("x_precision", "x_num_gpus", "x_task", "x_source_gpu", "x_llm_source_name", "x_tp")
 
 # Engine strings of the argonne `engine` column -> canonical names (workload.ENGINES).
 _ARGONNE_ENGINES = {"vllm": "vllm", "tensorrt-llm": "tensorrt_llm", "deepspeed-mii": "deepspeed_mii"}
@@ -65,6 +65,12 @@ def _is(df: pd.DataFrame, source: str) -> pd.Series:
 
 
 EXCLUSIONS: list[Rule] = [
+    Rule(
+        "not_tensor_parallel",
+        "Multi-GPU runs that are not one tensor-parallel group (pipeline stages, data or expert parallelism: "
+        "num_gpus != tensor_parallel or pipeline_parallel > 1) spread work in ways the TP features do not describe.",
+        lambda d: (d["_num_gpus"] != d["x_tp"]) | (d["_pipeline_parallel"] > 1),
+    ),
     Rule(
         "multi_gpu",
         "WattGPU's paper and feature set describe one GPU; power/ITL of tensor- or pipeline-parallel "
@@ -340,8 +346,10 @@ def _source_frame(data_dir: Path, source: str, gpu_map: dict, arch: pd.Series) -
             "x_task": raw["task"].astype(str).to_numpy(),
             "x_source_gpu": raw["gpu"].astype(str).to_numpy(),
             "x_llm_source_name": raw["llm_source_name"].astype(str).to_numpy(),
+            "x_tp": _num(raw["tensor_parallel"]).to_numpy() if "tensor_parallel" in raw else np.ones(n),
             # helper columns for the rules; removed before returning
             "_num_gpus": _num(raw["num_gpus"]).to_numpy(),
+            "_pipeline_parallel": _num(raw["pipeline_parallel"]).fillna(1).to_numpy() if "pipeline_parallel" in raw else np.ones(n),
             "_arch_class": raw["llm"].astype(str).map(arch).to_numpy(),
             "_failed_fraction": _num(raw["failed_fraction"]).to_numpy() if "failed_fraction" in raw else _nan(n),
             "_power_scope": raw["power_scope"].astype(str).to_numpy() if "power_scope" in raw else "",

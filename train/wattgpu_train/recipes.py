@@ -105,6 +105,12 @@ ITL_GRID: tuple[ModelRecipe, ...] = tuple(
 DEFAULT = Recipe(name="default", power=POWER_GRID[0], itl=ITL_GRID[0],
                  grid={POWER: POWER_GRID, ITL: ITL_GRID})
 
+# Tensor-parallel inputs (1 / 0 / NaN on single-GPU rows), all independent of the batch so the monotone
+# contract above holds for TP groups too: the group size, the link bandwidth and how latency-bound the
+# group's all-reduces make a step (their batch-dependent time is in the physical base: the roofline step
+# includes it).
+_TP = ("wl_tp", "tp_log_link_gb_s", "tp_comm_latency_share")
+
 PAPER = Recipe(
     name="paper",
     power=ModelRecipe(

@@ -40,6 +40,28 @@ def _method_table(res: dict[str, Any], target: str, pub: dict[str, Any]) -> list
     return lines
 
 
+def tp_markdown(tp: dict[str, Any]) -> list[str]:
+    """The tensor-parallel table: MdAPE on the multi-GPU rows alone, LOGO / LOLO / CV, learned vs baselines."""
+    if not tp:
+        return []
+    out = ["## Tensor-parallel rows on their own (power per GPU, ITL per sequence)", "",
+           "Models are trained on single-GPU and tensor-parallel rows together; these figures score the TP rows "
+           "only (the tables above score single-GPU rows only). LOGO holds out a GPU type with all its single- "
+           "and multi-GPU rows; with so few TP GPU types LOGO is reported as it comes.", "",
+           "| target | rows | GPUs | TP | split | " + " | ".join(["method MdAPE"]) + " |", "|---|---|---|---|---|---|"]
+    for t in ("power", "itl"):
+        d = tp.get(t, {})
+        if not d.get("rows"):
+            continue
+        for split in ("logo", "lolo", "cv"):
+            if split not in d:
+                continue
+            cells = ", ".join(f"{k} {_f(v['mdape'], pct=True)}" for k, v in d[split].items() if isinstance(v, dict))
+            out.append(f"| {t} | {d['rows']} | {len(d['gpus'])} | {'/'.join(str(x) for x in d['tp_values'])} | "
+                       f"{split.upper()} | {cells} |")
+    return out + [""]
+
+
 def evaluate_markdown(r: dict[str, Any], runtime_s: float | None = None) -> str:
     d = r["data"]
     pub = r["paper_published"]
@@ -70,6 +92,7 @@ def evaluate_markdown(r: dict[str, Any], runtime_s: float | None = None) -> str:
                 out.append(f"| {split.upper()} | {src} (n={next(iter(ms.values()))['n']}) | "
                            + " | ".join(_f(m["mdape"], pct=True) for m in ms.values()) + " |")
         out.append("")
+    out += tp_markdown(r.get("tp", {}))
     ep = r["energy_pick"]
     out += ["## Picking the lowest-energy GPU", "", ep["definition"] + f"; {ep['rows']} rows have both targets.", "",
             "| split | method | top-1 | top-3 | groups | groups with > 3 GPUs | mean GPUs per group |",

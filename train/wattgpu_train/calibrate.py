@@ -84,4 +84,5 @@ def training_domain(datasets: dict[str, Dataset]) -> dict[str, Any]:
         "quantized_seen": any(m.quantized for m in llms.values()),
         "kinds": sorted({w.kind for w in wls}),
         "engines": sorted({w.engine for w in wls}),
+        "tp_range": [min(w.tp for w in wls), max(w.tp for w in wls)],  # tensor-parallel degrees measured
     }

@@ -97,7 +97,7 @@ def workload_key(records: pd.DataFrame) -> np.ndarray:
 def make_folds(records: pd.DataFrame, split: str, cv_folds: int = CV_FOLDS,
                group_key: Callable[[pd.DataFrame], np.ndarray] = config_key) -> Folds:
     if split == "cv":
-        return grouped_kfold(group_key(records), cv_folds)
+        return _cv_folds(records, cv_folds, group_key)
     if split == "logo":
         return leave_one_out(records["gpu"])
     if split == "lolo":
@@ -113,6 +113,27 @@ def split_groups(records: pd.DataFrame, split: str,
     if split in SPLIT_GROUP:
         return records[SPLIT_GROUP[split]].to_numpy(dtype=object)
     return group_key(records)
+
+
+def _cv_folds(records: pd.DataFrame, k: int, group_key: Callable[[pd.DataFrame], np.ndarray]) -> Folds:
+    """Grouped k-fold in which single-GPU rows are split exactly as without tensor-parallel rows (so the
+    single-GPU CV figures stay comparable); a TP row joins the fold of its configuration when that holds
+    single-GPU rows, the remaining TP configurations get their own grouped k-fold."""
+    keys = group_key(records)
+    tp = records["x_tp"].to_numpy(dtype=np.float64) if "x_tp" in records else np.ones(len(records))
+    single = ~(tp > 1)
+    if single.all() or not single.any():
+        return grouped_kfold(keys, k)
+    base = grouped_kfold(keys[single], k)
+    fold_of = {key: f for f, (_, m) in enumerate(base) for key in set(keys[single][m].tolist())}
+    rest = np.array([key not in fold_of for key in keys]) & ~single
+    rest_keys = sorted(set(keys[rest].tolist()))
+    if len(rest_keys) >= 2:
+        for f, (_, m) in enumerate(grouped_kfold(keys[rest], k)):
+            fold_of.update({key: f for key in set(keys[rest][m].tolist())})
+    fold_of.update({key: 0 for key in rest_keys if key not in fold_of})
+    assign = np.array([fold_of[key] for key in keys])
+    return [(f"fold{f}", assign == f) for f in range(len(base))]
 
 
 # ------------------------------------------------------------------------------------------------

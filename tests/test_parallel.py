@@ -80,11 +80,11 @@ def test_bad_tp_values_name_the_field():
             Workload(tp=bad)  # type: ignore[arg-type]
     pred = default_predictor()
     with pytest.raises(SpecValidationError, match="field 'tp' = 3 .*64 attention heads"):
-        pred.predict(LLAMA70, H100, Workload(tp=3))
+        pred.predict(H100, LLAMA70, Workload(tp=3))
     with pytest.raises(SpecValidationError, match="field 'tp' = 16 .*at most 8"):
-        pred.predict(LLAMA70, "NVIDIA H100 NVL 94GB", Workload(tp=16))
+        pred.predict("NVIDIA H100 NVL 94GB", LLAMA70, Workload(tp=16))
     with pytest.raises(SpecValidationError, match="field 'tp' = 2"):
-        pred.predict("meta-llama/Llama-3.1-8B-Instruct", "NVIDIA GH200 Grace Hopper Superchip (96GB HBM3)", Workload(tp=2))
+        pred.predict("NVIDIA GH200 Grace Hopper Superchip (96GB HBM3)", "meta-llama/Llama-3.1-8B-Instruct", Workload(tp=2))
 
 
 def test_groups_that_exist():
@@ -99,11 +99,11 @@ def test_groups_that_exist():
 
 def test_does_not_fit_is_per_gpu():
     with pytest.raises(ModelFitError, match=r"2 × NVIDIA A100 SXM4 40GB: needs .* GB per GPU"):
-        default_predictor().predict(LLAMA70, A100_40, Workload(tp=2))
+        default_predictor().predict(A100_40, LLAMA70, Workload(tp=2))
 
 
 def test_group_power_and_energy():
-    p = default_predictor().predict(LLAMA70, H100, Workload(tp=4))
+    p = default_predictor().predict(H100, LLAMA70, Workload(tp=4))
     assert p.tp == 4 and p.total_power_w == pytest.approx(4 * p.power_w)
     assert p.energy_per_token_j == pytest.approx(p.total_power_w * p.system_s_per_token)
     assert p.baselines["tdp_total_w"] == 4 * 700.0
@@ -111,7 +111,7 @@ def test_group_power_and_energy():
 
 
 def test_moe_on_several_gpus_is_flagged():
-    p = default_predictor().predict("mistralai/Mixtral-8x7B-Instruct-v0.1", H100, Workload(tp=2))
+    p = default_predictor().predict(H100, "mistralai/Mixtral-8x7B-Instruct-v0.1", Workload(tp=2))
     assert any(w.startswith("MoE on 2 GPUs: experts sharded with the TP group") for w in p.warnings)
 
 

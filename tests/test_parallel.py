@@ -155,3 +155,16 @@ def test_cli_rank_tp_auto():
     assert jetson and jetson[0]["reason_kind"] == "does_not_fit"
     table = CliRunner().invoke(main, ["rank", "--llm", LLAMA70, "--tp", "auto", "--max-itl-ms", "50"])
     assert table.exit_code == 0 and "total W" in table.stdout and "W/GPU" in table.stdout
+
+
+def test_rank_tp_auto_with_replicas_counts_every_gpu():
+    from wattgpu import rank
+
+    res = rank(LLAMA70, Workload(kind="server", qps=20), gpus=[H100, "NVIDIA H200 SXM 141GB"], max_itl_ms=50,
+               replicas="auto", tp="auto")
+    assert res.tp == "auto" and res.candidates
+    for c in res.candidates:
+        assert c.tp in (2, 4, 8) if c.gpu == H100 else c.tp in parallel.TP_CHOICES
+        assert c.fleet_power_w == pytest.approx(c.replicas * c.tp * c.power_w)
+    fleet = [c.fleet_power_w for c in res.candidates]
+    assert fleet == sorted(fleet)

@@ -20,6 +20,7 @@ class ModelRecipe:
     transform: str
     params: dict[str, Any] = field(default_factory=dict)
     monotone: dict[str, int] = field(default_factory=dict)  # feature -> +1 / -1
+    tp_row_weight: float = 1.0  # XGBoost sample weight of tensor-parallel rows (single-GPU rows weigh 1)
 
 
 @dataclass(frozen=True)

@@ -371,7 +371,7 @@ def _log_ovh(c: Columns) -> np.ndarray:
          "with the batch, independent of context")
 def _wshare(c: Columns) -> np.ndarray:
     t_w = c["active_weights_bytes"] / (c["gpu_memory_bandwidth_gb_s"] * 1e9)
-    t_flop = 2.0 * c["llm_active_params_b"] * 1e9 * c["eff_batch"] / (c["gpu_fp16_tflops"] * 1e12)
+    t_flop = 2.0 * c["gpu_active_params_b"] * 1e9 * c["eff_batch"] / (c["gpu_fp16_tflops"] * 1e12)
     return t_flop / t_w
 
 
@@ -387,6 +387,13 @@ _alias("wl_tp", "wl_tp", "GPUs", "tensor-parallel degree: GPUs the model is spli
 @feature("tp_comm_share", "fraction", "all-reduce time / whole roofline decode step (0 on one GPU)")
 def _comm_share(c: Columns) -> np.ndarray:
     return c["comm_s"] / c["roofline_itl_s"]
+
+
+@feature("tp_comm_latency_share", "ratio", "per-call all-reduce latency of a step (2 per layer) / time to read "
+         "the GPU's weight shard once: how latency-bound TP makes a step, independent of batch (0 on one GPU)")
+def _comm_latency(c: Columns) -> np.ndarray:
+    calls = parallel.ALLREDUCES_PER_LAYER * c["llm_num_layers"] * np.where(c["wl_tp"] > 1, c["link_latency_s"], 0.0)
+    return calls / (c["active_weights_bytes"] / (c["gpu_memory_bandwidth_gb_s"] * 1e9))
 
 
 @feature("tp_log_link_gb_s", "log(GB/s)", "log of the TP group's link bandwidth per direction (NaN on one GPU)")

@@ -36,7 +36,7 @@ def test_every_gpu_and_llm_of_the_tables_is_in_the_catalog(specs: dict) -> None:
         llm_names = [r["hf_id"] for r in csv.DictReader(f)]
     with open(REPO / "data/paper/model_features.csv", newline="") as f:
         paper = [r["model_name"] for r in csv.DictReader(f, delimiter=";")]
-    assert len(gpu_names) == 52
+    assert len(gpu_names) == 53  # 52 shared + RTX 4000 Ada (llmperf_techgrandpa)
     assert [g["name"] for g in specs["gpus"]] == gpu_names
     assert {m["name"] for m in specs["llms"]} == set(llm_names) | set(paper)
     assert all(g["spec"]["source"] and g["facts"].get("sources") for g in specs["gpus"])
@@ -100,4 +100,4 @@ def test_llm_lookup_and_unsupported() -> None:
 
 def test_catalog_round_trips_through_json(specs: dict) -> None:
     cat = Catalog.from_json(specs)
-    assert len(cat.gpus) == 52 and len(cat.llms) + len(cat.unsupported_llms) == len(specs["llms"])
+    assert len(cat.gpus) == 53 and len(cat.llms) + len(cat.unsupported_llms) == len(specs["llms"])

@@ -16,7 +16,7 @@ from wattgpu_train import metrics as M
 from wattgpu_train.cli import main
 from wattgpu_train.dataset import build_dataset
 from wattgpu_train.loading import load_catalog, load_training_records
-from wattgpu_train.recipes import BASE_PARAMS, ModelRecipe
+from wattgpu_train.recipes import BASE_PARAMS, ModelRecipe, Recipe
 
 from .synthetic_watt_counts import make_synthetic_watt_counts
 
@@ -88,6 +88,19 @@ def test_grouped_cv_never_straddles(records):
     assert all(np.array_equal(a[1], b[1]) for a, b in zip(folds, again))
 
 
+def test_cv_splits_single_gpu_rows_as_without_tp_rows(records):
+    """Adding tensor-parallel rows must not reshuffle the single-GPU CV folds (figures stay comparable)."""
+    single = (records["x_tp"] == 1).to_numpy()
+    with_tp = E.make_folds(records, "cv")
+    alone = E.make_folds(records[single].reset_index(drop=True), "cv")
+    assert len(with_tp) == len(alone)
+    for (_, a), (_, b) in zip(with_tp, alone):
+        assert np.array_equal(a[single], b)
+    keys = E.config_key(records)
+    for _, test in with_tp:
+        assert not set(keys[test]) & set(keys[~test])
+
+
 @pytest.mark.parametrize("split,col", [("logo", "gpu"), ("lolo", "llm")])
 def test_leave_one_out_holds_out_exactly_one(records, split, col):
     folds = E.make_folds(records, split)
@@ -140,7 +153,7 @@ def test_interval_calibration_never_sees_held_out_gpu(records, monkeypatch):
 
     monkeypatch.setattr(E, "grouped_oof", spy)
     logo = E.oof_predictions(mr, ds, E.make_folds(ds.records, "logo"), n_jobs=1)
-    out = E.logo_interval_coverage(mr, ds, logo, n_jobs=1)
+    out = E.logo_interval_coverage(Recipe("t", power=mr, itl=mr), "power", ds, logo, {}, n_jobs=1)
     gpus = sorted(ds.records["gpu"].unique())
     assert len(seen) == len(gpus)
     for held_out, train_gpus in zip(gpus, seen):
@@ -166,7 +179,12 @@ def test_cli_evaluate_quick(tmp_path):
             for m in methods:
                 assert STABLE_METHOD_KEYS <= set(r[target][split][m])
         assert "per_source" in r[target]
-    assert {"energy_pick", "intervals", "data", "paper_published"} <= set(r)
+    assert {"energy_pick", "intervals", "data", "paper_published", "tp"} <= set(r)
+    for target, base in (("power", "ls_tdp"), ("itl", "roofline")):
+        tp = r["tp"][target]
+        assert tp["rows"] > 100 and tp["tp_values"] == [2, 4, 8]
+        for split in ("logo", "lolo"):
+            assert {"default", base} <= set(tp[split])
     assert {"rows", "gpus", "llms", "sources"} <= set(r["data"])
     assert r["protocol"]["quick"] is True
     md = (tmp_path / "accuracy.md").read_text()

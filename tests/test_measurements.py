@@ -106,6 +106,18 @@ def test_only_single_gpu_rows(records, raw):
     assert (every["x_num_gpus"] > 1).any()
 
 
+def test_tensor_parallel_rows_kept_only_as_one_tp_group(raw):
+    every = load_measurements(DATA, single_gpu_only=False)
+    assert (every["x_tp"] == every["x_num_gpus"]).all()
+    assert set(every["x_tp"]) == {1, 2, 4, 8}
+    # pipeline stages (ML.ENERGY v2, 16 GPUs = TP 8 × PP 2) and expert/data parallel runs (v3) are dropped
+    v2, v3 = raw["mlenergy_v2"], raw["mlenergy_v3"]
+    rep = exclusion_report(DATA, single_gpu_only=False)
+    assert rep.loc["not_tensor_parallel", "mlenergy_v2"] == (v2["pipeline_parallel"] > 1).sum()
+    assert rep.loc["not_tensor_parallel", "mlenergy_v3"] == (v3["num_gpus"] != v3["tensor_parallel"]).sum()
+    assert (every["x_num_gpus"] > 1).sum() == 379  # 188 with power (ML.ENERGY), 379 with ITL (+ LLM-Pilot)
+
+
 def test_only_decoder_llms(records):
     arch = pd.read_csv(DATA / "catalog" / "llm_configs.csv").set_index("hf_id")["arch_class"]
     assert records["llm"].map(arch).isin(DECODER_ARCH_CLASSES).all()

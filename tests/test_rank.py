@@ -59,7 +59,7 @@ def test_excluded_have_reasons(example):
 
 def test_to_dict_is_json_and_stable(example):
     d = json.loads(json.dumps(example.to_dict()))
-    assert set(d) == {"llm", "workload", "sort", "max_itl_ms", "strict", "sla_basis", "usd_per_kwh", "gco2_per_kwh",
+    assert set(d) == {"llm", "workload", "tp", "sort", "max_itl_ms", "strict", "sla_basis", "usd_per_kwh", "gco2_per_kwh",
                       "pue", "best", "candidates", "excluded", "replicas", "fleet_assumption"}
     c = d["candidates"][0]
     assert c["rank"] == 1 and c["gpu"] == d["best"]
@@ -67,7 +67,7 @@ def test_to_dict_is_json_and_stable(example):
             "baselines", "warnings", "power_method", "idle_power_w", "idle_power_source"} <= set(c)
     assert set(c["energy"]) == {"j_per_token", "j_per_request", "wh_per_request", "kwh_per_mtok", "usd_per_mtok",
                                 "gco2_per_mtok", "pue"}
-    assert set(d["excluded"][0]) == {"gpu", "reason_kind", "reason", "prediction"}
+    assert set(d["excluded"][0]) == {"gpu", "tp", "reason_kind", "reason", "prediction"}
 
 
 def test_cli_json_matches_api(example):

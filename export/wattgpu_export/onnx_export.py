@@ -97,7 +97,8 @@ def export_models(*, recipe_name: str, models: Mapping[str, Any], matrices: Mapp
             "file": f"{target}.onnx", "transform": rec.transform, "unit": UNITS[target], "input_name": INPUT_NAME,
             "features": [{"name": f, "unit": REGISTRY[f].unit, "description": REGISTRY[f].description}
                          for f in rec.features],
-            "xgboost_params": {k: v for k, v in rec.params.items() if k != "n_jobs"},
+            "xgboost_params": {**{k: v for k, v in rec.params.items() if k != "n_jobs"},
+                               "monotone_constraints": dict(rec.monotone)},
             "parity_rtol": PARITY_RTOL,
         }
         schema["models"][target] = entry

@@ -48,6 +48,7 @@ TRAINING_KEYS = ("measured_only", "targets", "data_dir", "watt_counts")
 TRAINING_TARGET_KEYS = ("rows", "gpus", "llms", "sources", "records_sha256")
 INTERVAL_KEYS = ("factors", "method", "n_residuals")
 DOMAIN_KEYS = ("gpu_ranges", "llm_params_b", "arch_classes", "moe_seen", "quantized_seen", "kinds", "engines", "gpus")
+DOMAIN_OPTIONAL = ("tp_range",)  # tensor-parallel degrees in training; absent in bundles from before TP (= [1, 1])
 DOMAIN_GPU_FIELDS = ("tdp_w", "memory_size_gb", "memory_bandwidth_gb_s", "fp16_tflops", "release_year")
 PRODUCER_KEYS = ("python", "xgboost", "onnx", "onnxmltools", "onnxruntime", "numpy")
 
@@ -270,7 +271,9 @@ def _intervals(iv: Any, r: _Reader, models: Mapping[str, ModelSchema]) -> Mappin
 
 
 def _domain(d: Any, r: _Reader) -> Mapping[str, Any]:
-    r.keys(d, "domain", DOMAIN_KEYS)
+    r.keys(d, "domain", DOMAIN_KEYS + DOMAIN_OPTIONAL, optional=DOMAIN_OPTIONAL)
+    if "tp_range" in d:
+        r.value(d, "tp_range", "domain", _is_range, "[low, high] tensor-parallel degrees")
     for field_name, rng in r.map_of(d["gpu_ranges"], "domain.gpu_ranges").items():
         if field_name not in DOMAIN_GPU_FIELDS:
             raise r.fail("domain.gpu_ranges", f"has unknown key {field_name!r} (expected {', '.join(DOMAIN_GPU_FIELDS)})")

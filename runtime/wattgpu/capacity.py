@@ -38,7 +38,7 @@ def batch_limit(cols: F.Columns) -> np.ndarray:
 
 def prefill_s(cols: F.Columns) -> np.ndarray:
     """Compute-roofline time of one request's prompt (s): 2 × active params × input tokens / matmul peak."""
-    return physics.compute_latency_s(cols["llm_active_params_b"], cols["compute_tflops"]) * cols["wl_input_tokens"]
+    return physics.compute_latency_s(cols["gpu_active_params_b"], cols["compute_tflops"]) * cols["wl_input_tokens"]  # per GPU of a TP group
 
 
 def request_time(evaluate: Callable[[F.Columns], dict[str, np.ndarray]], cols: F.Columns, index: np.ndarray,

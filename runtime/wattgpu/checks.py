@@ -6,7 +6,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from . import capacity
 from . import features as F
-from . import physics
+from . import parallel, physics
 from .assemble import Row
 from .errors import ModelFitError, UnsupportedModelError, WattGPUError
 from .prediction import Interval
@@ -45,13 +45,19 @@ def row_error(row: Row, cols: F.Columns, i: int) -> WattGPUError | None:
     if m.arch_class in NO_KV_CACHE:
         return UnsupportedModelError(f"{m.name} is {NO_KV_CACHE[m.arch_class]} without attention or KV cache; "
                                      "WattGPU models attention-based LLMs only")
+    group = parallel.group_error(g, m, w.tp)
+    if group is not None:
+        return group
     if cols["fit_sequences"][i] < 1:
         one_seq = cols["kv_per_sequence"][i]
         need = float(physics.memory_needed_bytes(cols["weights_bytes"][i], g.memory_size_gb, one_seq)) / 1e9
         have = g.memory_size_gb * w.gpu_memory_utilization
-        err = ModelFitError(f"{m.name} does not fit on {g.name}: needs {need:.1f} GB (weights + activation "
+        where = f"{g.name}" if w.tp == 1 else f"{w.tp} × {g.name}"
+        per = "" if w.tp == 1 else f" per GPU (1/{w.tp} of the weights and KV cache)"
+        fix = "use a larger GPU" if w.tp == 1 else "use more or larger GPUs (or --tp auto in rank)"
+        err = ModelFitError(f"{m.name} does not fit on {where}: needs {need:.1f} GB{per} (weights + activation "
                             f"reserve + one {w.context_tokens}-token sequence), GPU has {have:.1f} GB usable "
-                            f"({g.memory_size_gb:g} GB × {w.gpu_memory_utilization:g}); use a larger GPU")
+                            f"({g.memory_size_gb:g} GB × {w.gpu_memory_utilization:g}); {fix}")
         err.need_gb, err.have_gb = need, have  # type: ignore[attr-defined]
         return err
     return None
@@ -88,6 +94,20 @@ def domain_warnings(domain: Mapping[str, Any], gpu: GpuSpec, llm: LlmSpec, wl: W
     gpus = set(domain.get("gpus", ()))
     if gpus and gpu.name not in gpus:
         yield f"{gpu.name} was not measured in training (prediction from spec-sheet features)"
+
+
+def tp_warnings(domain: Mapping[str, Any], gpu: GpuSpec, llm: LlmSpec, wl: Workload) -> Iterable[str]:
+    """Flag tensor-parallel predictions: outside the measured TP range, the link used, the MoE assumption."""
+    if wl.tp == 1:
+        return
+    lo, hi = domain.get("tp_range", (1, 1)) if domain else (1, 1)
+    if not lo <= wl.tp <= hi:
+        seen = "single-GPU rows only" if hi == 1 else f"TP {lo:g}–{hi:g}"
+        yield (f"TP {wl.tp} is outside the measured TP range ({seen} in training): per-GPU power and ITL "
+               "extrapolate from the TP roofline (sharded weights/KV + all-reduces)")
+    yield f"{wl.tp} × {gpu.name} over {parallel.link_name(gpu, wl.tp)}; power is per GPU, energy is for the group"
+    if llm.is_moe:
+        yield f"MoE on {wl.tp} GPUs: {parallel.MOE_ASSUMPTION}"
 
 
 def context_warnings(llm: LlmSpec, wl: Workload) -> Iterable[str]:

@@ -8,7 +8,7 @@ from typing import Any, Callable
 import click
 
 from .errors import WattGPUError
-from .workload import ENGINES, KINDS, KV_CACHE_DTYPES, Workload
+from .workload import ENGINE_ERAS, ENGINES, ITL_STATS, KINDS, KV_CACHE_DTYPES, Workload
 
 
 def _fail(exc: Exception, code: int = 2) -> None:
@@ -51,19 +51,41 @@ def workload_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--gpu-memory-utilization", type=float, default=_WL.gpu_memory_utilization, show_default=True),
         click.option("--kv-cache-dtype", type=click.Choice(KV_CACHE_DTYPES), default=_WL.kv_cache_dtype, show_default=True,
                      help="KV-cache element type: auto (16-bit) or fp8 (1 byte)."),
+        click.option("--engine-era", type=click.Choice(ENGINE_ERAS), default="current", show_default=True,
+                     help="Serving-stack era: current = vLLM >= 0.6 and its contemporaries (today's stack); "
+                          "legacy = older stacks (vLLM <= 0.5, HF transformers loops, TGIS)."),
+        click.option("--itl-stat", type=click.Choice(ITL_STATS), default="mean", show_default=True,
+                     help="Which ITL statistic to predict: mean decode gap per request ((e2e - TTFT)/(tokens - 1)) "
+                          "or the median inter-token gap."),
+        click.option("--tp", default="1", show_default=True,
+                     help="Tensor-parallel degree: GPUs of the chosen type the model is split over "
+                          "(rank also takes 'auto': tries 1, 2, 4, 8 per GPU type)."),
     ]
     for o in reversed(opts):
         fn = o(fn)
     return fn
 
 
+def parse_tp(text: str) -> int:
+    """``--tp`` as a whole number of GPUs, or a one-line error naming the field."""
+    from .errors import SpecValidationError
+    from .parallel import check_tp_value
+
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise SpecValidationError("workload", "tp", text, "a whole number of GPUs >= 1 ('auto' only with rank)") from None
+    return check_tp_value(int(value) if value.is_integer() else value)
+
+
 def make_workload(kind: str | None, max_batch: int, qps: float | None, concurrency: float | None, input_tokens: int,
-                  output_tokens: int, engine: str, gpu_memory_utilization: float, kv_cache_dtype: str = "auto") -> Workload:
+                  output_tokens: int, engine: str, gpu_memory_utilization: float, kv_cache_dtype: str = "auto",
+                  engine_era: str = "current", itl_stat: str = "mean", tp: str = "1") -> Workload:
     if kind is None:
         kind = "server" if qps is not None else "offline"
     return Workload(kind=kind, max_batch=max_batch, qps=qps, concurrency=concurrency, input_tokens=input_tokens,
                     output_tokens=output_tokens, engine=engine, gpu_memory_utilization=gpu_memory_utilization,
-                    kv_cache_dtype=kv_cache_dtype)
+                    kv_cache_dtype=kv_cache_dtype, engine_era=engine_era, itl_stat=itl_stat, tp=parse_tp(tp))
 
 
 def dtype_option(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -181,16 +203,19 @@ def predict(llm: str | None, gpu: str | None, as_json: bool, usd_per_kwh: float 
     rows = [
         ("LLM", p["llm"]), ("GPU", p["gpu"]),
         ("workload", f"{p['workload']['kind']}, engine {p['workload']['engine']}, effective batch {p['effective_batch']:.1f}"),
-        ("mean power", f"{p['power_w']:.0f} W{_fmt_interval(p['power_intervals'], 1, '.0f')}"),
+        ("mean power", f"{p['power_w']:.0f} W{_fmt_interval(p['power_intervals'], 1, '.0f')}"
+                       + ("" if p["tp"] == 1 else f" per GPU; {p['total_power_w']:.0f} W for {p['tp']} GPUs")),
         ("ITL (per sequence)", f"{p['itl_s'] * 1e3:.1f} ms/token{_fmt_interval(p['itl_intervals'], 1e3, '.1f')}"),
         ("throughput", f"{p['throughput_tok_s']:.1f} tokens/s"),
         ("capacity", f"at most {p['max_qps']:.3g} req/s ({p['max_qps'] * p['workload']['output_tokens']:.0f} tokens/s), "
                      f"utilization {p['utilization']:.0%}, KV cache fits {p['max_concurrency']} sequences"),
         ("energy (GPU only)", f"{e['j_per_token']:.3f} J/token, {e['wh_per_request']:.3f} Wh/request, "
                               f"{e['kwh_per_mtok']:.3f} kWh per million tokens"),
-        ("baselines", f"TDP {p['baselines']['tdp_w']:.0f} W, load-scaled TDP {p['baselines']['ls_tdp_w']:.0f} W, "
-                      f"roofline ITL {p['baselines']['roofline_itl_s'] * 1e3:.1f} ms"),
+        ("baselines", f"TDP {p['baselines']['tdp_w']:.0f} W, load-scaled TDP {p['baselines']['ls_tdp_w']:.0f} W"
+                      + ("" if p["tp"] == 1 else " per GPU") + f", roofline ITL {p['baselines']['roofline_itl_s'] * 1e3:.1f} ms"),
     ]
+    if p["tp"] > 1:
+        rows.insert(2, ("GPUs", f"{p['tp']} (tensor parallel; all-reduces {p['allreduce_s_per_step'] * 1e3:.2f} ms per decode step)"))
     if p["idle_power_w"] is not None:
         rows.append(("idle power", f"{p['idle_power_w']:.1f} W ({p['idle_power_source']})"))
     if e["usd_per_mtok"] is not None:
@@ -244,9 +269,12 @@ def rank_cmd(llm: str, max_itl_ms: float | None, strict: bool, gpus: str | None,
     from .rank import rank
 
     names = None if gpus is None else [g.strip() for g in gpus.split(",") if g.strip()]
+    auto = str(wl["tp"]).strip().lower() == "auto"
+    if auto:
+        wl["tp"] = "1"
     res = rank(llm, make_workload(**wl), gpus=names, max_itl_ms=max_itl_ms, strict=strict, sort=sort,
                usd_per_kwh=usd_per_kwh, gco2_per_kwh=gco2_per_kwh, pue=pue, replicas=replicas, dtype=dtype,
-               predictor=_predictor(models))
+               predictor=_predictor(models), tp="auto" if auto else None)
     if plot_path:
         from .plot import write_svg
 
@@ -272,16 +300,21 @@ def _print_rank(res: Any) -> None:
         load += f" in total, replicas {res.replicas}"
     sla = "no SLA" if res.max_itl_ms is None else f"SLA ITL ≤ {res.max_itl_ms:g} ms ({res.sla_basis})"
     order = "fleet energy" if fleet and res.sort == "energy" else res.sort
-    click.echo(f"{res.llm} — {load}, {wl.input_tokens}→{wl.output_tokens} tokens, {wl.engine}; {sla}; sorted by {order}")
+    group = " tensor-parallel groups of 1/2/4/8 GPUs;" if res.tp == "auto" else (
+        f" {res.tp} GPUs per group;" if res.tp != 1 else "")
+    click.echo(f"{res.llm} — {load}, {wl.input_tokens}→{wl.output_tokens} tokens, {wl.engine};{group} {sla}; "
+               f"sorted by {order}")
     if fleet:
-        click.echo("assumption: load split evenly over independent single-GPU replicas (qps / n each); "
-                   "fleet power = n × replica power; J/token and Wh/request are the fleet's")
+        click.echo("assumption: load split evenly over independent replicas (qps / n each; a replica is one GPU "
+                   "or one tensor-parallel group); fleet power = n × replica power; J/token and Wh/request are the fleet's")
     priced = res.usd_per_kwh is not None
     carbon = res.gco2_per_kwh is not None
+    multi = res.tp != 1
     gw = max([3] + [len(c.gpu) for c in res.candidates])  # GPU names are never cut
     head = f"{'#':>3} {'GPU':<{gw}}"
     head += f" {'repl':>6} {'fleet W':>9}" if fleet else ""
-    head += f" {'power W':>8} {'ITL ms':>7} {'tok/s':>8} {'max q/s':>8} {'J/tok':>8} {'Wh/req':>7} {'kWh/Mtok':>9}"
+    head += f" {'N':>2} {'total W':>8} {'W/GPU':>7}" if multi else f" {'power W':>8}"
+    head += f" {'ITL ms':>7} {'tok/s':>8} {'max q/s':>8} {'J/tok':>8} {'Wh/req':>7} {'kWh/Mtok':>9}"
     head += f" {'$/Mtok*':>8}" if priced else ""
     head += f" {'gCO2/Mtok*':>10}" if carbon else ""
     click.echo(head)
@@ -289,7 +322,8 @@ def _print_rank(res: Any) -> None:
         e = c.energy
         line = f"{i:>3} {c.gpu:<{gw}}"
         line += f" {c.replicas:>6} {c.fleet_power_w:>9.0f}" if fleet else ""
-        line += (f" {c.power_w:>8.1f} {c.itl_s * 1e3:>7.1f} {c.throughput_tok_s:>8.1f} {c.max_qps or 0.0:>8.3g}"
+        line += f" {c.tp:>2} {c.total_power_w:>8.1f} {c.power_w:>7.1f}" if multi else f" {c.power_w:>8.1f}"
+        line += (f" {c.itl_s * 1e3:>7.1f} {c.throughput_tok_s:>8.1f} {c.max_qps or 0.0:>8.3g}"
                  f" {e['j_per_token']:>8.3f} {e['wh_per_request']:>7.3f} {e['kwh_per_mtok']:>9.3f}")
         line += f" {e['usd_per_mtok']:>8.4f}" if priced else ""
         line += f" {e['gco2_per_mtok']:>10.1f}" if carbon else ""
@@ -305,7 +339,7 @@ def _print_rank(res: Any) -> None:
     if res.excluded:
         click.echo("excluded:")
         for x in res.excluded:
-            click.echo(f"    {x.gpu}: {x.reason}")
+            click.echo(f"    {x.gpu}{f' ×{x.tp}' if multi and x.reason_kind in ('misses_sla', 'overloaded') else ''}: {x.reason}")
     if res.candidates:
         shared = set(res.candidates[0].warnings).intersection(*(set(c.warnings) for c in res.candidates[1:]))
         for w in sorted(shared):

@@ -12,9 +12,9 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from . import memory, physics
+from . import memory, parallel, physics
 from .specs import GpuSpec, LlmSpec, MEMORY_TYPES
-from .workload import ENGINES, KINDS, Workload
+from .workload import ENGINE_ERAS, ENGINES, ITL_STATS, KINDS, Workload
 
 Columns = dict[str, np.ndarray]
 
@@ -64,7 +64,8 @@ def _llm_values(m: LlmSpec) -> tuple[float, ...]:
 def _wl_values(w: Workload) -> tuple[float, ...]:
     return (*(float(getattr(w, f)) for f in _WL_FIELDS), _code(KINDS, w.kind), _code(ENGINES, w.engine),
             _code(SCENARIOS, physics.paper_scenario(w.kind, w.qps)), _opt(w.qps), _opt(w.concurrency),
-            math.inf if w.num_requests is None else float(w.num_requests), memory.kv_element_bytes(w.kv_cache_dtype))
+            math.inf if w.num_requests is None else float(w.num_requests), memory.kv_element_bytes(w.kv_cache_dtype),
+            _code(ENGINE_ERAS, w.engine_era), _code(ITL_STATS, w.itl_stat))
 
 
 # Raw column names, in the order the ``_*_values`` functions above return them.
@@ -73,7 +74,20 @@ _GPU_KEYS = (*("gpu_" + f for f in _GPU_FIELDS), "gpu_base_clock_mhz", "gpu_boos
 _LLM_KEYS = (*("llm_" + f for f in _LLM_FIELDS), "llm_model_type_code", "llm_kv_lora_rank", "llm_qk_rope_head_dim",
              "llm_sliding_window", "llm_sliding_window_layers", "llm_fp8_compute")
 _WL_KEYS = (*("wl_" + f for f in _WL_FIELDS), "wl_kind_code", "wl_engine_code", "wl_scenario_code", "wl_qps",
-            "wl_concurrency", "wl_num_requests", "wl_kv_element_bytes")
+            "wl_concurrency", "wl_num_requests", "wl_kv_element_bytes", "wl_engine_era_code", "wl_itl_stat_code")
+
+
+# Tensor-parallel inputs (wattgpu.parallel): the GPU's interconnect and the workload's TP degree.
+_GPU_LINK_KEYS = ("gpu_nvlink_gb_s", "gpu_nvlink_group", "gpu_pcie_gen", "gpu_pcie_lanes")
+_TP_KEYS = ("wl_tp",)
+
+
+def _gpu_link_values(g: GpuSpec) -> tuple[float, ...]:
+    return (_opt(g.nvlink_gb_s), float(g.nvlink_group), _opt(g.pcie_gen), _opt(g.pcie_lanes))
+
+
+def _tp_values(w: Workload) -> tuple[float, ...]:
+    return (float(w.tp),)
 
 
 def columns(rows: Iterable[tuple[GpuSpec, LlmSpec, Workload]]) -> Columns:
@@ -85,7 +99,8 @@ def columns(rows: Iterable[tuple[GpuSpec, LlmSpec, Workload]]) -> Columns:
     rows = list(rows)
     out: Columns = {}
     parts: tuple[tuple[int, tuple[str, ...], Callable[[Any], tuple[float, ...]]], ...] = (
-        (0, _GPU_KEYS, _gpu_values), (1, _LLM_KEYS, _llm_values), (2, _WL_KEYS, _wl_values))
+        (0, _GPU_KEYS, _gpu_values), (1, _LLM_KEYS, _llm_values), (2, _WL_KEYS, _wl_values),
+        (0, _GPU_LINK_KEYS, _gpu_link_values), (2, _TP_KEYS, _tp_values))
     for part, keys, values in parts:
         slot: dict[int, int] = {}
         distinct: list[tuple[float, ...]] = []
@@ -104,7 +119,7 @@ def columns(rows: Iterable[tuple[GpuSpec, LlmSpec, Workload]]) -> Columns:
     return derive(out)
 
 
-RAW_KEYS = (*_GPU_KEYS, *_LLM_KEYS, *_WL_KEYS)
+RAW_KEYS = (*_GPU_KEYS, *_LLM_KEYS, *_WL_KEYS, *_GPU_LINK_KEYS, *_TP_KEYS)
 _CLOSED_LOOP_CODES = {"wl_kind_code": _code(KINDS, "closed_loop"), "wl_scenario_code": _code(SCENARIOS, "closed_loop")}
 
 
@@ -124,12 +139,21 @@ def with_concurrency(cols: Columns, index: np.ndarray, concurrency: np.ndarray, 
 
 
 def derive(c: Columns) -> Columns:
-    """Add the physics-derived columns (in place) and return ``c``."""
-    c["weights_bytes"] = physics.weight_bytes(c["llm_total_params_b"], c["llm_weight_bytes_per_param"])
-    c["active_weights_bytes"] = physics.weight_bytes(c["llm_active_params_b"], c["llm_weight_bytes_per_param"])
+    """Add the physics-derived columns (in place) and return ``c``.
+
+    Weights, KV cache, FLOPs and memory are per GPU of the tensor-parallel group (``wl_tp`` GPUs;
+    :mod:`wattgpu.parallel`); the decode-step time adds the group's all-reduces. With one GPU every
+    column is what it was before tensor parallelism existed.
+    """
+    tp = c["wl_tp"]
+    c["weights_bytes"] = parallel.shard(physics.weight_bytes(c["llm_total_params_b"], c["llm_weight_bytes_per_param"]), tp)
+    c["active_weights_bytes"] = parallel.shard(physics.weight_bytes(c["llm_active_params_b"], c["llm_weight_bytes_per_param"]), tp)
+    # KV split by KV head over the group; an MLA latent cache (kv_lora_rank > 0) has no heads to split and
+    # is held whole by every GPU
+    kv_share = np.where(c["llm_kv_lora_rank"] > 0, 1.0, parallel.kv_shard_fraction(c["llm_num_kv_heads"], tp))
     c["kv_per_token"] = memory.kv_bytes_per_token(c["llm_kv_layers"], c["llm_num_kv_heads"], c["llm_head_dim"],
                                                   c["llm_kv_lora_rank"], c["llm_qk_rope_head_dim"],
-                                                  c["wl_kv_element_bytes"])
+                                                  c["wl_kv_element_bytes"]) * kv_share
     c["context_tokens"] = c["wl_input_tokens"] + c["wl_output_tokens"]
     c["sliding_fraction"] = memory.sliding_layer_fraction(c["llm_sliding_window"], c["llm_sliding_window_layers"],
                                                           c["llm_kv_layers"])
@@ -151,11 +175,20 @@ def derive(c: Columns) -> Columns:
     c["step_bytes"] = physics.decode_step_bytes(c["active_weights_bytes"], c["weights_bytes"], c["eff_batch"],
                                                 c["kv_per_token"], c["mean_context"], c["llm_num_experts"],
                                                 c["llm_experts_per_tok"])
-    c["roofline_itl_s"] = physics.roofline_step_s(c["step_bytes"], c["eff_batch"], c["llm_active_params_b"],
-                                                  c["gpu_memory_bandwidth_gb_s"], c["compute_tflops"])
-    c["roofline_duty"] = physics.roofline_duty(c["roofline_itl_s"], c["llm_num_layers"],
-                                               _layer_overhead_s(c["wl_engine_code"]))
+    c["gpu_active_params_b"] = parallel.shard(c["llm_active_params_b"], tp)  # FLOPs per GPU follow its shard
+    c["link_gb_s"], c["link_latency_s"], c["link_is_nvlink"] = parallel.link(
+        tp, c["gpu_nvlink_gb_s"], c["gpu_nvlink_group"], c["gpu_pcie_gen"], c["gpu_pcie_lanes"])
+    c["comm_s"] = parallel.comm_step_s(c["llm_num_layers"], c["eff_batch"], c["llm_hidden_size"], tp,
+                                       c["link_gb_s"], c["link_latency_s"])
+    gpu_s = physics.roofline_step_s(c["step_bytes"], c["eff_batch"], c["gpu_active_params_b"],
+                                    c["gpu_memory_bandwidth_gb_s"], c["compute_tflops"])
+    c["roofline_itl_s"] = gpu_s + c["comm_s"]
+    # busy share of a step: all-reduce kernels keep the SMs and links busy (they spin and reduce), so the
+    # all-reduce time counts as busy; only the per-layer engine overhead does not
+    c["roofline_duty"] = physics.roofline_duty(c["roofline_itl_s"], c["llm_num_layers"], _layer_overhead_s(c["wl_engine_code"]))
     c["duty_power_w"] = physics.duty_power_w(c["gpu_tdp_w"], c["roofline_duty"])
+    # roofline + per-layer engine overhead: a decode step's physical time (monotone in batch and context)
+    c["step_time_s"] = c["roofline_itl_s"] / c["roofline_duty"]
     return c
 
 
@@ -268,6 +301,15 @@ _alias("wl_input_tokens", "wl_input_tokens", "tokens", "mean prompt length")
 _alias("wl_output_tokens", "wl_output_tokens", "tokens", "mean generated length")
 
 
+_alias("wl_engine_era_code", "wl_engine_era_code", "ordinal", f"serving-stack era in order {ENGINE_ERAS}")
+_alias("wl_itl_stat_code", "wl_itl_stat_code", "ordinal", f"ITL statistic in order {ITL_STATS}")
+
+
+@feature("wl_log_arrival_rate", "log(req/s)", "log of the Poisson arrival rate (server); NaN for offline and closed loop")
+def _log_qps(c: Columns) -> np.ndarray:
+    return np.log(c["wl_qps"])
+
+
 @feature("wl_log_eff_batch", "log(sequences)", "log of the effective decode batch (cap, requests, memory)")
 def _log_batch(c: Columns) -> np.ndarray:
     return np.log(c["eff_batch"])
@@ -303,7 +345,7 @@ def _log_roof(c: Columns) -> np.ndarray:
 @feature("roofline_compute_share", "ratio", "FLOP time / memory time of one decode step (>1: compute-bound)")
 def _cshare(c: Columns) -> np.ndarray:
     t_mem = c["step_bytes"] / (c["gpu_memory_bandwidth_gb_s"] * 1e9)
-    t_flop = 2.0 * c["llm_active_params_b"] * 1e9 * c["eff_batch"] / (c["gpu_fp16_tflops"] * 1e12)
+    t_flop = 2.0 * c["gpu_active_params_b"] * 1e9 * c["eff_batch"] / (c["gpu_fp16_tflops"] * 1e12)
     return t_flop / t_mem
 
 
@@ -312,9 +354,51 @@ def _tok_per_w(c: Columns) -> np.ndarray:
     return np.log(c["eff_batch"] / c["roofline_itl_s"] / c["gpu_tdp_w"])
 
 
+@feature("log_weight_read_s", "log(s)", "log of the time to read the active weights once at peak bandwidth "
+         "(GPU x LLM speed, independent of batch and context)")
+def _log_wread(c: Columns) -> np.ndarray:
+    return np.log(c["active_weights_bytes"] / (c["gpu_memory_bandwidth_gb_s"] * 1e9))
+
+
+@feature("log_overhead_share", "log(ratio)", "log of (layers x engine per-layer overhead) / weight-read time: "
+         "how launch-bound a decode step is at batch 1 (independent of batch and context)")
+def _log_ovh(c: Columns) -> np.ndarray:
+    t = c["active_weights_bytes"] / (c["gpu_memory_bandwidth_gb_s"] * 1e9)
+    return np.log(c["llm_num_layers"] * _layer_overhead_s(c["wl_engine_code"]) / t)
+
+
+@feature("weights_compute_share", "ratio", "FLOP time of a decode step / time to read the weights once: grows "
+         "with the batch, independent of context")
+def _wshare(c: Columns) -> np.ndarray:
+    t_w = c["active_weights_bytes"] / (c["gpu_memory_bandwidth_gb_s"] * 1e9)
+    t_flop = 2.0 * c["gpu_active_params_b"] * 1e9 * c["eff_batch"] / (c["gpu_fp16_tflops"] * 1e12)
+    return t_flop / t_w
+
+
 @feature("roofline_duty", "fraction", "roofline step time / (roofline + per-layer engine overhead): busy share of a step")
 def _duty(c: Columns) -> np.ndarray:
     return c["roofline_duty"]
+
+
+# --- tensor-parallel features (1 and 0 on single-GPU rows)
+_alias("wl_tp", "wl_tp", "GPUs", "tensor-parallel degree: GPUs the model is split over")
+
+
+@feature("tp_comm_share", "fraction", "all-reduce time / whole roofline decode step (0 on one GPU)")
+def _comm_share(c: Columns) -> np.ndarray:
+    return c["comm_s"] / c["roofline_itl_s"]
+
+
+@feature("tp_comm_latency_share", "ratio", "per-call all-reduce latency of a step (2 per layer) / time to read "
+         "the GPU's weight shard once: how latency-bound TP makes a step, independent of batch (0 on one GPU)")
+def _comm_latency(c: Columns) -> np.ndarray:
+    calls = parallel.ALLREDUCES_PER_LAYER * c["llm_num_layers"] * np.where(c["wl_tp"] > 1, c["link_latency_s"], 0.0)
+    return calls / (c["active_weights_bytes"] / (c["gpu_memory_bandwidth_gb_s"] * 1e9))
+
+
+@feature("tp_log_link_gb_s", "log(GB/s)", "log of the TP group's link bandwidth per direction (NaN on one GPU)")
+def _log_link(c: Columns) -> np.ndarray:
+    return np.where(c["wl_tp"] > 1, np.log(c["link_gb_s"]), np.nan)
 
 
 def matrix(names: Sequence[str], cols: dict[str, np.ndarray]) -> np.ndarray:

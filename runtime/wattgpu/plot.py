@@ -110,8 +110,8 @@ def render_svg(result: RankResult, include_sla_misses: bool = True) -> str:
         colour = "#2471a3" if kind == "candidate" else "#999999"
         out.append(f"<circle class='point {kind}' data-gpu='{escape(p.gpu)}' cx='{x:.1f}' cy='{y:.1f}' r='4' "
                    f"fill='{colour}'/>")
-        is_best = best is not None and p.gpu == best.gpu and kind == "candidate"
-        text = _short(p.gpu) + (" ★ best" if is_best else "")
+        is_best = best is not None and p is best and kind == "candidate"
+        text = _short(p.gpu) + (f" ×{p.tp}" if p.tp > 1 else "") + (" ★ best" if is_best else "")
         w, h = 6.2 * len(text), 12.0
         lx, ly = x + 7, y + 4
         for dy in [0, -12, 12, -24, 24, -36, 36, -48, 48]:

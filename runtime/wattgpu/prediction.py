@@ -20,7 +20,10 @@ class Prediction:
 
     - ``itl_s``: per-sequence time between output tokens (what a user of the service feels).
     - ``system_s_per_token``: wall time per generated token of the whole GPU (= 1 / throughput).
-    - ``energy_per_token_j`` = ``power_w`` × ``system_s_per_token``.
+    - ``energy_per_token_j`` = ``total_power_w`` × ``system_s_per_token``.
+    - ``power_w`` is per GPU; with ``tp`` > 1 GPUs (tensor parallelism) ``total_power_w`` = ``power_w`` ×
+      ``tp`` is the group's, and energy, throughput and ITL are the group's (``allreduce_s_per_step``:
+      the modelled all-reduce time of one decode step).
     - ``idle_power_w`` / ``idle_power_source``: for server workloads mixed from idle and busy power,
       the idle figure used and whether it was measured (with its source) or estimated.
     - ``max_qps``: the largest Poisson request rate the GPU sustains (batch cap and KV memory; see
@@ -51,6 +54,13 @@ class Prediction:
     utilization: float | None = None
     max_concurrency: int | None = None
     overloaded: bool = False
+    tp: int = 1
+    allreduce_s_per_step: float = 0.0
+
+    @property
+    def total_power_w(self) -> float:
+        """Mean power of the whole tensor-parallel group: per-GPU ``power_w`` × ``tp``."""
+        return self.power_w * self.tp
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (stable keys)."""
@@ -58,6 +68,7 @@ class Prediction:
         out["power_intervals"] = {f"{int(i.level * 100)}": [i.low, i.high] for i in self.power_intervals}
         out["itl_intervals"] = {f"{int(i.level * 100)}": [i.low, i.high] for i in self.itl_intervals}
         out["warnings"] = list(self.warnings)
+        out["total_power_w"] = self.total_power_w
         out["energy"] = self.energy()
         return out
 
@@ -67,5 +78,5 @@ class Prediction:
         a price / grid intensity is given (see :mod:`wattgpu.energy`)."""
         from .energy import energy_figures
 
-        return energy_figures(self.power_w, self.system_s_per_token, int(self.workload["output_tokens"]),
+        return energy_figures(self.total_power_w, self.system_s_per_token, int(self.workload["output_tokens"]),
                               usd_per_kwh, gco2_per_kwh, pue)

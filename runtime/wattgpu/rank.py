@@ -5,7 +5,7 @@ hold the model or miss the SLA are listed separately with the reason.
 
 ``RankResult.to_dict()`` keys (stable):
 
-- ``llm``, ``workload`` (the Workload fields), ``sort`` (``energy`` | ``power`` | ``itl``),
+- ``llm``, ``workload`` (the Workload fields), ``tp`` (the group size asked for, or ``"auto"``), ``sort`` (``energy`` | ``power`` | ``itl``),
   ``max_itl_ms`` (null = no SLA), ``strict``, ``sla_basis`` (``point`` or the interval bound used),
   ``usd_per_kwh``, ``gco2_per_kwh``, ``pue``, ``best`` (GPU name of the first candidate or null);
 - ``candidates``: list, best first, of entries with ``rank``, ``gpu``, ``power_w``, ``itl_ms``,
@@ -14,9 +14,11 @@ hold the model or miss the SLA are listed separately with the reason.
   ``kwh_per_mtok``, ``usd_per_mtok``, ``gco2_per_mtok``, ``pue``), ``power_intervals`` and
   ``itl_ms_intervals`` ({"80": [low, high], "95": [...]}), ``baselines``, ``power_method``,
   ``idle_power_w``, ``idle_power_source``, ``warnings``, ``max_qps``, ``utilization``,
-  ``max_concurrency``, ``replicas``, ``qps_per_replica``, ``fleet_power_w``;
-- ``excluded``: list of ``gpu``, ``reason_kind`` (``does_not_fit`` | ``misses_sla`` | ``overloaded`` |
-  ``unsupported`` | ``error``), ``reason`` (one line) and ``prediction`` (the entry as above when one
+  ``max_concurrency``, ``replicas``, ``qps_per_replica``, ``fleet_power_w`` (replicas × ``tp`` ×
+  ``power_w``), ``tp`` (GPUs in the tensor-parallel group), ``total_power_w`` (the group's; ``power_w``
+  is per GPU);
+- ``excluded``: list of ``gpu``, ``tp``, ``reason_kind`` (``does_not_fit`` | ``misses_sla`` | ``overloaded`` |
+  ``no_group`` | ``unsupported`` | ``error``), ``reason`` (one line) and ``prediction`` (the entry as above when one
   could be made, else null);
 - ``replicas`` (``null``, ``"auto"`` or the fixed count asked for) and ``fleet_assumption`` (the
   even-split assumption, null without replicas).
@@ -24,11 +26,12 @@ hold the model or miss the SLA are listed separately with the reason.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from . import capacity, fleet
-from .errors import ArgumentTypeError, ModelFitError, UnsupportedModelError, WattGPUError, require_type
+from . import capacity, fleet, parallel
+from .errors import (ArgumentTypeError, ModelFitError, SpecValidationError, UnsupportedModelError, WattGPUError,
+                     require_type)
 from .energy import check_prices
 from .fleet import EVEN_SPLIT, check_replicas
 from .quant import with_dtype
@@ -36,7 +39,7 @@ from .prediction import Prediction
 from .workload import Workload
 
 SORT_KEYS = ("energy", "power", "itl")
-_EXCLUDE_ORDER = {"overloaded": 0, "misses_sla": 0, "does_not_fit": 1, "unsupported": 2, "error": 3}
+_EXCLUDE_ORDER = {"overloaded": 0, "misses_sla": 0, "does_not_fit": 1, "no_group": 2, "unsupported": 3, "error": 4}
 
 
 @dataclass(frozen=True)
@@ -63,20 +66,26 @@ class RankEntry:
     max_concurrency: int | None = None
     replicas: int = 1
     qps_per_replica: float | None = None
+    tp: int = 1
 
     @property
     def j_per_token(self) -> float:
         return float(self.energy["j_per_token"])
 
     @property
+    def total_power_w(self) -> float:
+        """Power of one whole tensor-parallel group (``power_w`` is per GPU)."""
+        return self.power_w * self.tp
+
+    @property
     def fleet_power_w(self) -> float:
-        """Mean power of all replicas together (W)."""
-        return self.replicas * self.power_w
+        """Mean power of all replicas (each a group of ``tp`` GPUs) together (W)."""
+        return self.replicas * self.total_power_w
 
     def to_dict(self, rank: int | None = None) -> dict[str, Any]:
         out: dict[str, Any] = {} if rank is None else {"rank": rank}
         out.update({
-            "gpu": self.gpu, "power_w": self.power_w, "itl_ms": self.itl_s * 1e3, "itl_sla_ms": self.itl_sla_s * 1e3,
+            "gpu": self.gpu, "tp": self.tp, "total_power_w": self.total_power_w, "power_w": self.power_w, "itl_ms": self.itl_s * 1e3, "itl_sla_ms": self.itl_sla_s * 1e3,
             "throughput_tok_s": self.throughput_tok_s, "effective_batch": self.effective_batch,
             "busy_fraction": self.busy_fraction, "energy": dict(self.energy), "power_method": self.power_method,
             "idle_power_w": self.idle_power_w, "idle_power_source": self.idle_power_source,
@@ -97,9 +106,10 @@ class Excluded:
     reason_kind: str
     reason: str
     entry: RankEntry | None = None
+    tp: int = 1
 
     def to_dict(self) -> dict[str, Any]:
-        return {"gpu": self.gpu, "reason_kind": self.reason_kind, "reason": self.reason,
+        return {"gpu": self.gpu, "tp": self.tp, "reason_kind": self.reason_kind, "reason": self.reason,
                 "prediction": None if self.entry is None else self.entry.to_dict()}
 
 
@@ -119,6 +129,7 @@ class RankResult:
     candidates: tuple[RankEntry, ...] = ()
     excluded: tuple[Excluded, ...] = field(default_factory=tuple)
     replicas: int | str | None = None
+    tp: int | str = 1
 
     @property
     def best(self) -> RankEntry | None:
@@ -126,7 +137,7 @@ class RankResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "llm": self.llm, "workload": self.workload.to_dict(), "sort": self.sort, "max_itl_ms": self.max_itl_ms,
+            "llm": self.llm, "workload": self.workload.to_dict(), "tp": self.tp, "sort": self.sort, "max_itl_ms": self.max_itl_ms,
             "strict": self.strict, "sla_basis": self.sla_basis, "usd_per_kwh": self.usd_per_kwh,
             "gco2_per_kwh": self.gco2_per_kwh, "pue": self.pue,
             "best": self.best.gpu if self.best else None,
@@ -157,24 +168,29 @@ def _entry(p: Prediction, strict: bool, prices: tuple[float | None, float | None
         power_intervals={f"{int(round(i.level * 100))}": (i.low, i.high) for i in p.power_intervals},
         itl_intervals={f"{int(round(i.level * 100))}": (i.low, i.high) for i in p.itl_intervals},
         baselines=dict(p.baselines), warnings=p.warnings, max_qps=p.max_qps, utilization=p.utilization,
-        max_concurrency=p.max_concurrency, replicas=replicas, qps_per_replica=p.workload.get("qps"))
+        max_concurrency=p.max_concurrency, replicas=replicas, qps_per_replica=p.workload.get("qps"), tp=p.tp)
 
 
 def _sort_key(sort: str) -> Callable[[RankEntry], tuple[Any, ...]]:
     if sort == "energy":
-        return lambda e: (e.j_per_token, e.gpu)
+        return lambda e: (e.j_per_token, e.gpu, e.tp)
     if sort == "fleet":
-        return lambda e: (e.fleet_power_w, e.j_per_token, e.gpu)
+        return lambda e: (e.fleet_power_w, e.j_per_token, e.gpu, e.tp)
     if sort == "power":
-        return lambda e: (e.power_w, e.gpu)
-    return lambda e: (e.itl_s, e.gpu)
+        return lambda e: (e.total_power_w, e.gpu, e.tp)
+    return lambda e: (e.itl_s, e.gpu, e.tp)
 
 
 def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None = None,
          max_itl_ms: float | None = None, strict: bool = False, sort: str = "energy", predictor: Any = None,
          usd_per_kwh: float | None = None, gco2_per_kwh: float | None = None, pue: float = 1.0,
-         replicas: int | str | None = None, dtype: str | None = None) -> RankResult:
+         replicas: int | str | None = None, dtype: str | None = None, tp: int | str | None = None) -> RankResult:
     """Rank ``gpus`` (default: the whole catalog) for serving ``llm`` under ``workload``.
+
+    ``tp``: tensor-parallel degree for every GPU (default: ``workload.tp``), or ``"auto"`` to try
+    N ∈ {1, 2, 4, 8} per GPU type (only groups the GPU comes in and the model's heads divide into) and
+    rank every (GPU, N) that fits; a GPU with no fitting group is excluded once, with the largest
+    group's reason. With ``replicas`` each replica is one such group.
 
     GPUs that cannot hold the model, or whose ITL exceeds ``max_itl_ms`` (the interval's upper bound
     with ``strict``), are excluded with a one-line reason; the rest are sorted by ``sort``: energy per
@@ -206,35 +222,73 @@ def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None 
     if not gpu_specs:
         raise WattGPUError("gpus: the list is empty; name at least one GPU or leave it out for the whole catalog")
     prices = (usd_per_kwh, gco2_per_kwh, pue)
+    tp_asked: int | str = "auto" if tp == "auto" else (wl.tp if tp is None else parallel.check_tp_value(tp))
+    rows, failed = _rows(gpu_specs, spec, wl, tp)
     if replicas is not None:
-        return _rank_fleet(pred, spec, gpu_specs, wl, replicas, max_itl_ms, strict, sort, prices)
-    results = pred.predict_specs_safe([(g, spec, wl) for g in gpu_specs])
+        return _rank_fleet(pred, spec, rows, failed, wl, replicas, max_itl_ms, strict, sort, prices, tp_asked)
+    results = pred.predict_specs_safe(rows)
     candidates: list[RankEntry] = []
-    excluded: list[tuple[tuple[int, float, str], Excluded]] = []
+    excluded: list[tuple[tuple[int, float, str, int], Excluded]] = []
     basis = "point prediction"
-    for g, r in zip(gpu_specs, results):
+    errors: dict[str, tuple[int, WattGPUError]] = dict(failed)  # per GPU: the error of its largest group tried
+    served: set[str] = set()
+    for (g, _, w), r in zip(rows, results):
         if isinstance(r, WattGPUError):
-            kind, reason = _reason(r)
-            excluded.append(((_EXCLUDE_ORDER[kind], 0.0, g.name), Excluded(g.name, kind, reason)))
+            if g.name not in errors or w.tp >= errors[g.name][0]:
+                errors[g.name] = (w.tp, r)
             continue
+        served.add(g.name)
         entry = _entry(r, strict, prices)
         _, basis_r = sla_itl(r, strict)
         basis = basis_r if strict else basis
         if r.overloaded:
             reason = capacity.overload_message(float(wl.qps or 0.0), float(r.max_qps or 0.0))
-            excluded.append(((0, -float(r.max_qps or 0.0), g.name), Excluded(g.name, "overloaded", reason, entry)))
+            excluded.append(((0, -float(r.max_qps or 0.0), g.name, w.tp),
+                             Excluded(g.name, "overloaded", reason, entry, tp=w.tp)))
             continue
         if max_itl_ms is not None and entry.itl_sla_s * 1e3 > max_itl_ms:
             what = "predicted ITL" if not strict else f"ITL ({basis_r})"
             reason = f"misses SLA: {what} {entry.itl_sla_s * 1e3:.1f} ms > {max_itl_ms:g} ms"
-            excluded.append(((0, entry.itl_sla_s, g.name), Excluded(g.name, "misses_sla", reason, entry)))
+            excluded.append(((0, entry.itl_sla_s, g.name, w.tp), Excluded(g.name, "misses_sla", reason, entry, tp=w.tp)))
             continue
         candidates.append(entry)
+    _add_failed(excluded, errors, served)
     candidates.sort(key=_sort_key(sort))
     excluded.sort(key=lambda t: t[0])
     return RankResult(llm=spec.name, workload=wl, sort=sort, max_itl_ms=None if max_itl_ms is None else float(max_itl_ms),
                       strict=strict, sla_basis=basis, usd_per_kwh=usd_per_kwh, gco2_per_kwh=gco2_per_kwh, pue=pue,
-                      candidates=tuple(candidates), excluded=tuple(e for _, e in excluded))
+                      candidates=tuple(candidates), excluded=tuple(e for _, e in excluded), tp=tp_asked)
+
+
+def _add_failed(excluded: list[tuple[tuple[int, float, str, int], Excluded]],
+                errors: Mapping[str, tuple[int, WattGPUError]], served: set[str]) -> None:
+    """One exclusion per GPU none of whose groups could be predicted (the largest group's reason)."""
+    for name, (n, err) in errors.items():
+        if name in served:
+            continue  # another group size of this GPU works; the failing ones are not news
+        kind, reason = _reason(err)
+        excluded.append(((_EXCLUDE_ORDER[kind], 0.0, name, n), Excluded(name, kind, reason, tp=n)))
+
+
+def _rows(gpus: Sequence[Any], spec: Any, wl: Workload, tp: int | str | None
+          ) -> tuple[list[tuple[Any, Any, Workload]], dict[str, tuple[int, WattGPUError]]]:
+    """The (GPU, LLM, workload) rows to predict, and GPUs with no group to try (``tp="auto"``)."""
+    if tp is None:
+        return [(g, spec, wl) for g in gpus], {}
+    if tp != "auto":
+        n = parallel.check_tp_value(tp)
+        w = wl if wl.tp == n else replace(wl, tp=n)
+        return [(g, spec, w) for g in gpus], {}
+    variants = {n: wl if wl.tp == n else replace(wl, tp=n) for n in parallel.TP_CHOICES}
+    rows: list[tuple[Any, Any, Workload]] = []
+    failed: dict[str, tuple[int, WattGPUError]] = {}
+    for g in gpus:
+        ns = parallel.candidate_groups(g, spec)
+        if not ns:
+            n = parallel.TP_CHOICES[1]
+            failed[g.name] = (n, parallel.group_error(g, spec, n) or WattGPUError(f"{g.name}: no tensor-parallel group"))
+        rows.extend((g, spec, variants[n]) for n in ns)
+    return rows, failed
 
 
 def _itl_scale(pred: Any, strict: bool) -> tuple[float, str]:
@@ -247,31 +301,43 @@ def _itl_scale(pred: Any, strict: bool) -> tuple[float, str]:
     return 1.0, "point prediction"
 
 
-def _rank_fleet(pred: Any, spec: Any, gpu_specs: Sequence[Any], wl: Workload, replicas: int | str,
+def _rank_fleet(pred: Any, spec: Any, rows: Sequence[tuple[Any, Any, Workload]],
+                failed: Mapping[str, tuple[int, WattGPUError]], wl: Workload, replicas: int | str,
                 max_itl_ms: float | None, strict: bool, sort: str,
-                prices: tuple[float | None, float | None, float]) -> RankResult:
-    """Rank GPU types by the fleet of replicas that carries ``wl.qps`` (see :mod:`wattgpu.fleet`)."""
+                prices: tuple[float | None, float | None, float], tp_asked: int | str) -> RankResult:
+    """Rank GPU types (and, with ``tp="auto"``, group sizes) by the fleet of replicas that carries
+    ``wl.qps`` (see :mod:`wattgpu.fleet`); each replica is one tensor-parallel group."""
     scale, basis = _itl_scale(pred, strict)
-    planned = fleet.plan(pred, spec, gpu_specs, wl, replicas, None if max_itl_ms is None else max_itl_ms / 1e3, scale)
+    sla = None if max_itl_ms is None else max_itl_ms / 1e3
+    by_tp: dict[int, list[Any]] = {}
+    for g, _, w in rows:
+        by_tp.setdefault(w.tp, []).append(g)
     candidates: list[RankEntry] = []
-    excluded: list[tuple[tuple[int, float, str], Excluded]] = []
-    for g, (n, r, why) in zip(gpu_specs, planned):
-        if isinstance(r, WattGPUError):
-            kind, reason = _reason(r)
-            excluded.append(((_EXCLUDE_ORDER[kind], 0.0, g.name), Excluded(g.name, kind, reason)))
-            continue
-        entry = _entry(r, strict, prices, replicas=n)
-        if why is not None:
-            kind = "overloaded" if why.startswith("overloaded") else "misses_sla"
-            reason = why if replicas == "auto" else f"{n} replicas: {why}"
-            excluded.append(((0, entry.itl_sla_s, g.name), Excluded(g.name, kind, reason, entry)))
-            continue
-        candidates.append(entry)
+    excluded: list[tuple[tuple[int, float, str, int], Excluded]] = []
+    errors: dict[str, tuple[int, WattGPUError]] = dict(failed)
+    served: set[str] = set()
+    for group, gpus in sorted(by_tp.items()):
+        w = wl if wl.tp == group else replace(wl, tp=group)
+        for g, (n, r, why) in zip(gpus, fleet.plan(pred, spec, gpus, w, replicas, sla, scale)):
+            if isinstance(r, WattGPUError):
+                if g.name not in errors or group >= errors[g.name][0]:
+                    errors[g.name] = (group, r)
+                continue
+            served.add(g.name)
+            entry = _entry(r, strict, prices, replicas=n)
+            if why is not None:
+                kind = "overloaded" if why.startswith("overloaded") else "misses_sla"
+                reason = why if replicas == "auto" else f"{n} replicas: {why}"
+                excluded.append(((0, entry.itl_sla_s, g.name, group), Excluded(g.name, kind, reason, entry, tp=group)))
+                continue
+            candidates.append(entry)
+    _add_failed(excluded, errors, served)
     candidates.sort(key=_sort_key("fleet" if sort == "energy" else sort))
     excluded.sort(key=lambda t: t[0])
     return RankResult(llm=spec.name, workload=wl, sort=sort, max_itl_ms=None if max_itl_ms is None else float(max_itl_ms),
                       strict=strict, sla_basis=basis, usd_per_kwh=prices[0], gco2_per_kwh=prices[1], pue=prices[2],
-                      candidates=tuple(candidates), excluded=tuple(e for _, e in excluded), replicas=replicas)
+                      candidates=tuple(candidates), excluded=tuple(e for _, e in excluded), replicas=replicas,
+                      tp=tp_asked)
 
 
 def _as_workload(workload: Any) -> Workload:
@@ -312,6 +378,8 @@ def _reason(err: WattGPUError) -> tuple[str, str]:
         if need is not None and have is not None:
             return "does_not_fit", f"does not fit: needs {need:.1f} GB, GPU has {have:.1f} GB usable"
         return "does_not_fit", str(err)
+    if isinstance(err, SpecValidationError) and err.field == "tp":
+        return "no_group", f"no tensor-parallel group: {err}"
     if isinstance(err, UnsupportedModelError):
         return "unsupported", str(err)
     return "error", str(err)

@@ -10,7 +10,8 @@ from . import features as F
 from . import physics
 from .assemble import Evaluate, Row
 from .bundle import ModelBundle
-from .checks import capacity_warnings, context_warnings, domain_warnings, intervals, not_finite_error, server_warnings
+from .checks import (capacity_warnings, context_warnings, domain_warnings, intervals, not_finite_error,
+                     server_warnings, tp_warnings)
 from .energy import energy_figures
 from .flags import model_flags
 from .prediction import Prediction
@@ -53,7 +54,7 @@ def core(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.C
         not_finite = ~(np.isfinite(power) & np.isfinite(itl) & (power > 0) & (itl > 0) & (tokens_per_s > 0))
         capped = np.minimum(power, tdp)
         s_per_tok = 1.0 / tokens_per_s
-        energy = energy_figures(capped, s_per_tok, cols["wl_output_tokens"])
+        energy = energy_figures(capped * cols["wl_tp"], s_per_tok, cols["wl_output_tokens"])  # whole TP group
     numbers = {"power_w": capped, "raw_power_w": power, "itl_s": itl, "effective_batch": batch,
                "busy_fraction": busy, "throughput_tok_s": tokens_per_s, "system_s_per_token": s_per_tok,
                "energy_per_token_j": energy["j_per_token"], "energy_per_request_j": energy["j_per_request"],
@@ -90,6 +91,7 @@ def prediction(bundle: ModelBundle, i: int, row: Row, cols: F.Columns, numbers: 
                              *model_flags(llm, gpu, wl.context_tokens))
     warnings = list(base)
     warnings.extend(context_warnings(llm, wl))
+    warnings.extend(tp_warnings(bundle.schema.domain, gpu, llm, wl))
     wl_dict = memo.get(id(wl))
     if wl_dict is None:
         wl_dict = memo[id(wl)] = wl.to_dict()
@@ -112,7 +114,8 @@ def prediction(bundle: ModelBundle, i: int, row: Row, cols: F.Columns, numbers: 
         warnings.append(f"predicted power {raw:.0f} W exceeds TDP {gpu.tdp_w:.0f} W; capped at TDP")
     scen = physics.paper_scenario(wl.kind, wl.qps)
     baselines = {"tdp_w": gpu.tdp_w, "ls_tdp_w": physics.ls_tdp_power_w(gpu.tdp_w, scen),
-                 "roofline_itl_s": float(cols["roofline_itl_s"][i])}
+                 "roofline_itl_s": float(cols["roofline_itl_s"][i]),
+                 "tdp_total_w": gpu.tdp_w * wl.tp, "ls_tdp_total_w": physics.ls_tdp_power_w(gpu.tdp_w, scen) * wl.tp}
     factors = bundle.interval_factors
     return Prediction(
         llm=llm.name, gpu=gpu.name, workload=dict(wl_dict), power_w=power, itl_s=itl,
@@ -124,7 +127,8 @@ def prediction(bundle: ModelBundle, i: int, row: Row, cols: F.Columns, numbers: 
         power_intervals=intervals(factors.get(POWER, ()), power, cap=gpu.tdp_w),
         itl_intervals=intervals(factors.get(ITL, ()), itl), baselines=baselines,
         warnings=tuple(warnings), max_qps=max_qps, utilization=float(numbers["utilization"][i]),
-        max_concurrency=max_conc, overloaded=overloaded)
+        max_concurrency=max_conc, overloaded=overloaded,
+        tp=wl.tp, allreduce_s_per_step=float(cols["comm_s"][i]))
 
 
 def empty_table(n: int) -> dict[str, Any]:

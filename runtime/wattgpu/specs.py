@@ -120,6 +120,16 @@ class GpuSpec:
     idle_power_source: str | None = None
     aliases: tuple[str, ...] = ()
     source: str = "user"
+    # Interconnect for tensor-parallel groups (see wattgpu.parallel). nvlink_gb_s: total bidirectional
+    # NVLink bandwidth per GPU (datasheet figure); nvlink_group: GPUs reachable all-to-all over NVLink
+    # (0 = none); pcie_gen/pcie_lanes: host interface; max_group: largest group of this GPU the form
+    # factor comes in (None = unknown, so tensor parallelism is refused).
+    nvlink_gb_s: float | None = None
+    nvlink_group: int = 0
+    pcie_gen: int | None = None
+    pcie_lanes: int | None = None
+    max_group: int | None = None
+    interconnect_source: str | None = None
 
     def __post_init__(self) -> None:
         entity = f"GPU {self.name!r}"
@@ -139,6 +149,7 @@ class GpuSpec:
                 object.__setattr__(self, fname, check_number(entity, fname, getattr(self, fname), lo, hi, unit))
         if self.sm_count is not None:
             object.__setattr__(self, "sm_count", check_int(entity, "sm_count", self.sm_count, 1, 10_000, "SMs"))
+        self._check_interconnect(entity)
         for fname in ("architecture", "form_factor", "source"):
             check_str(entity, fname, getattr(self, fname))
         check_str(entity, "idle_power_source", self.idle_power_source, optional=True)
@@ -157,6 +168,18 @@ class GpuSpec:
         if self.idle_power_w is not None and self.idle_power_w >= self.tdp_w:
             raise SpecValidationError(entity, "idle_power_w", self.idle_power_w,
                                       f"less than tdp_w ({self.tdp_w:g} W): a GPU idles below its board power limit")
+
+    def _check_interconnect(self, entity: str) -> None:
+        if self.nvlink_gb_s is not None:
+            object.__setattr__(self, "nvlink_gb_s", check_number(entity, "nvlink_gb_s", self.nvlink_gb_s, 1.0, 100_000.0,
+                                                                 "GB/s (bidirectional NVLink per GPU)"))
+        object.__setattr__(self, "nvlink_group", check_int(entity, "nvlink_group", self.nvlink_group, 0, 4096,
+                                                           "GPUs on one NVLink domain (0 = none)"))
+        for fname, lo, hi, unit in (("pcie_gen", 1, 7, "(PCIe generation)"), ("pcie_lanes", 1, 32, "lanes"),
+                                    ("max_group", 1, 4096, "GPUs")):
+            if getattr(self, fname) is not None:
+                object.__setattr__(self, fname, check_int(entity, fname, getattr(self, fname), lo, hi, unit))
+        check_str(entity, "interconnect_source", self.interconnect_source, optional=True, max_len=4000)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], entity: str = "GPU") -> "GpuSpec":

@@ -28,6 +28,11 @@ TRANSFORMS: dict[str, tuple[Callable[[np.ndarray, Columns], np.ndarray], Callabl
         lambda z, c: np.exp(z) * c["roofline_itl_s"],
         "log(ITL / roofline decode-step time at the effective batch): an efficiency",
     ),
+    "log_ratio_to_step_time": (
+        lambda y, c: np.log(y / c["step_time_s"]),
+        lambda z, c: np.exp(z) * c["step_time_s"],
+        "log(ITL / (roofline step time + layers x engine per-layer overhead)): an efficiency of the physical step",
+    ),
     "log_ratio_to_duty_power": (
         lambda y, c: np.log(y / c["duty_power_w"]),
         lambda z, c: np.exp(z) * c["duty_power_w"],

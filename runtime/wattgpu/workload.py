@@ -5,6 +5,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
 from .errors import SpecValidationError
+from .parallel import MAX_TP
 from .rules import ChoiceRule, NumberRule
 
 KV_CACHE_DTYPES = ("auto", "fp8")
@@ -31,6 +32,14 @@ ENGINE_ALIASES = {
 }
 
 
+# Serving-stack era: "legacy" = stacks before vLLM's 0.6 scheduler rewrite (September 2024): HF
+# transformers generate loops, TGI/TGIS, vLLM <= 0.5, and the TensorRT-LLM / DeepSpeed-MII releases of
+# that time; "current" = vLLM >= 0.6 and its contemporaries. Default: today's stack.
+ENGINE_ERAS = ("legacy", "current")
+# Which per-sequence ITL statistic is asked for: "mean" = mean decode gap (e2e − TTFT)/(tokens − 1),
+# averaged over requests (vLLM's mean TPOT); "median" = median inter-token gap. Default: mean.
+ITL_STATS = ("mean", "median")
+
 ENGINE_RULE = ChoiceRule(ENGINES, tuple(ENGINE_ALIASES.items()))
 KIND_RULE = ChoiceRule(KINDS, tuple((k, k) for k in KINDS) + (("closed-loop", "closed_loop"),))
 
@@ -43,10 +52,13 @@ WORKLOAD_NUMBERS: dict[str, NumberRule] = {
     "output_tokens": NumberRule(1, 1_048_576, "tokens", integer=True),
     "gpu_memory_utilization": NumberRule(0.05, 1.0, "(fraction of GPU memory)"),
     "num_requests": NumberRule(1, 1e9, "requests", integer=True, optional=True),
+    "tp": NumberRule(1, MAX_TP, "GPUs (tensor-parallel degree; 1 = one GPU)", integer=True),
 }
 # Text fields: a fixed set of names.
 WORKLOAD_CHOICES: dict[str, ChoiceRule] = {"kind": KIND_RULE, "engine": ENGINE_RULE,
-                                           "kv_cache_dtype": ChoiceRule(KV_CACHE_DTYPES)}
+                                           "kv_cache_dtype": ChoiceRule(KV_CACHE_DTYPES),
+                                           "engine_era": ChoiceRule(ENGINE_ERAS),
+                                           "itl_stat": ChoiceRule(ITL_STATS)}
 
 
 def canonical_engine(name: str) -> str:
@@ -61,6 +73,12 @@ class Workload:
     - ``offline``: all requests queued; the engine runs up to ``max_batch`` sequences at once.
     - ``server``: Poisson arrivals at ``qps`` requests/s; the GPU idles between requests.
     - ``closed_loop``: ``concurrency`` clients, each sending its next request when the last finished.
+
+    ``engine_era`` (``legacy`` | ``current``, default ``current``) and ``itl_stat`` (``mean`` |
+    ``median``, default ``mean``) describe the serving stack and which ITL statistic is predicted.
+
+    ``tp`` is the tensor-parallel degree: the model is split over ``tp`` GPUs of the chosen type
+    (see :mod:`wattgpu.parallel`); power is then predicted per GPU and summed for the group.
 
     ``concurrency`` (when set) is the measured or fixed number of sequences decoding together; it
     overrides what the batch cap and the memory would allow, up to the memory limit.
@@ -77,6 +95,9 @@ class Workload:
     gpu_memory_utilization: float = 0.9
     num_requests: int | None = None
     kv_cache_dtype: str = "auto"
+    engine_era: str = "current"
+    itl_stat: str = "mean"
+    tp: int = 1
 
     def __post_init__(self) -> None:
         for name, choice in WORKLOAD_CHOICES.items():

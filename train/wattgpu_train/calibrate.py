@@ -12,6 +12,9 @@ from .fit import fit_model
 from .recipes import ModelRecipe
 
 LEVELS = (80, 95)
+# In GPU-weighted calibration a GPU carries total weight min(rows, this) / this: GPUs with at least this
+# many rows count equally; a GPU with one or two rows (a single load point) cannot set the interval alone.
+FULL_WEIGHT_ROWS = 20
 INTERVAL_GPU_FIELDS = ("tdp_w", "memory_bandwidth_gb_s", "fp16_tflops", "memory_size_gb", "release_year")
 
 
@@ -28,16 +31,37 @@ def grouped_oof(recipe: ModelRecipe, data: Dataset, groups: np.ndarray, n_jobs: 
     return pred
 
 
-def interval_factors(measured: np.ndarray, predicted: np.ndarray) -> dict[str, Any]:
-    """Split-conformal style multiplicative intervals from out-of-fold log residuals."""
+def weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
+    """Smallest value whose cumulative weight share reaches ``q`` (the 'higher' rule for weights)."""
+    order = np.argsort(values, kind="mergesort")
+    v, w = values[order], weights[order]
+    cum = np.cumsum(w) / w.sum()
+    return float(v[min(int(np.searchsorted(cum, q - 1e-12)), len(v) - 1)])
+
+
+def interval_factors(measured: np.ndarray, predicted: np.ndarray, groups: np.ndarray | None = None) -> dict[str, Any]:
+    """Split-conformal style multiplicative intervals from out-of-fold log residuals.
+
+    With ``groups`` (the GPU of each row) every GPU with at least ``FULL_WEIGHT_ROWS`` rows carries the
+    same total weight (fewer rows: proportionally less), so a GPU with many rows cannot set the interval
+    for all of them: a held-out GPU is one draw from the population of GPUs, and the quantiles are
+    taken over that population.
+    """
     ok = np.isfinite(predicted) & (predicted > 0)
     r = np.log(measured[ok] / predicted[ok])
+    if groups is None:
+        w = np.ones(len(r))
+    else:
+        g = np.asarray(groups, dtype=object)[ok]
+        names, inv, counts = np.unique(g, return_inverse=True, return_counts=True)
+        w = 1.0 / np.maximum(counts[inv], FULL_WEIGHT_ROWS)
     factors = {}
     for level in LEVELS:
         a = (100 - level) / 200.0
-        lo, hi = np.quantile(r, [a, 1 - a], method="higher")
+        lo, hi = weighted_quantile(r, w, a), weighted_quantile(r, w, 1 - a)
         factors[str(level)] = [float(np.exp(lo)), float(np.exp(hi))]
-    return {"method": "quantiles of leave-one-GPU-out log residuals (measured / predicted)",
+    how = "GPU-weighted quantiles" if groups is not None else "quantiles"
+    return {"method": f"{how} of leave-one-GPU-out log residuals (measured / predicted)",
             "n_residuals": int(ok.sum()), "factors": factors}
 
 
@@ -60,4 +84,5 @@ def training_domain(datasets: dict[str, Dataset]) -> dict[str, Any]:
         "quantized_seen": any(m.quantized for m in llms.values()),
         "kinds": sorted({w.kind for w in wls}),
         "engines": sorted({w.engine for w in wls}),
+        "tp_range": [min(w.tp for w in wls), max(w.tp for w in wls)],  # tensor-parallel degrees measured
     }

@@ -16,6 +16,7 @@ LLM_TABLE = "llm_configs.csv"
 PAPER_MODELS = "model_features.csv"
 IDLE_TABLE = "idle_power.csv"
 ATTENTION_TABLE = "llm_attention.csv"  # MLA widths the config table has no column for
+INTERCONNECT_TABLE = "interconnect.csv"
 # Only idle figures measured with a CUDA context (a model loaded, no requests) describe a server between
 # requests; "bare" figures (P8, no context) are kept in the table for reference and not used.
 IDLE_STATE_USED = "loaded"
@@ -59,7 +60,41 @@ def read_idle_table(path: Path) -> dict[str, tuple[float, str]]:
     return out
 
 
-def gpu_entry(row: dict[str, str], idle: dict[str, tuple[float, str]] | None = None) -> dict[str, Any]:
+def read_interconnect_table(path: Path) -> dict[str, dict[str, str]]:
+    """Tensor-parallel group facts by catalog GPU name (``interconnect.csv``): NVLink domain size, PCIe
+    lanes, largest group the form factor comes in, sources and assumptions."""
+    if not path.exists():
+        return {}
+    out: dict[str, dict[str, str]] = {}
+    with open(path, newline="", encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            name = row["name"].strip()
+            if name in out:
+                raise ValueError(f"{path.name}: {name!r} listed twice")
+            out[name] = row
+    return out
+
+
+def interconnect_fields(row: dict[str, str], link: dict[str, str] | None) -> dict[str, Any]:
+    """GpuSpec interconnect fields from the GPU row (NVLink GB/s, PCIe generation) and its interconnect row;
+    a GPU without an interconnect row gets no group facts, so tensor parallelism is refused for it."""
+    if link is None:
+        return {"nvlink_gb_s": None, "nvlink_group": 0, "pcie_gen": _int(row["pcie_gen"]), "pcie_lanes": None,
+                "max_group": None, "interconnect_source": None}
+    nvlink = _num(row["nvlink_gb_s"])
+    group = _int(link["nvlink_group"]) or 0
+    return {
+        "nvlink_gb_s": nvlink if group > 1 else None,  # an optional bridge that is not assumed installed
+        "nvlink_group": group if nvlink else 0,
+        "pcie_gen": _int(row["pcie_gen"]),
+        "pcie_lanes": _int(link["pcie_lanes"]),
+        "max_group": _int(link["max_group"]),
+        "interconnect_source": f"data/catalog/{INTERCONNECT_TABLE}: {link['sources']} ({link['notes']})",
+    }
+
+
+def gpu_entry(row: dict[str, str], idle: dict[str, tuple[float, str]] | None = None,
+              links: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
     """One catalog GPU: the feature-relevant spec plus the remaining facts and the row's sources."""
     derived: list[str] = []
     idle_w, idle_src = (idle or {}).get(row["name"], (None, None))
@@ -90,6 +125,7 @@ def gpu_entry(row: dict[str, str], idle: dict[str, tuple[float, str]] | None = N
         "idle_power_w": idle_w,
         "idle_power_source": idle_src,
         "source": f"data/catalog/{GPU_TABLE}",
+        **interconnect_fields(row, (links or {}).get(row["name"])),
     }
     facts = {k: row[k] for k in GPU_FACT_COLUMNS if row.get(k)}
     return {"name": row["name"], "spec": spec, "facts": facts, "derived": derived}
@@ -213,11 +249,13 @@ def llm_entry(row: dict[str, str], paper: dict[str, dict[str, str]],
 def build_specs(catalog_dir: Path, paper_dir: Path) -> dict[str, Any]:
     """The whole catalog as a JSON-ready dict (deterministic order)."""
     idle = read_idle_table(catalog_dir / IDLE_TABLE)
+    links = read_interconnect_table(catalog_dir / INTERCONNECT_TABLE)
     with open(catalog_dir / GPU_TABLE, newline="", encoding="utf-8") as f:
-        gpus = [gpu_entry(r, idle) for r in csv.DictReader(f)]
-    unknown = sorted(set(idle) - {g["name"] for g in gpus})
-    if unknown:
-        raise ValueError(f"{IDLE_TABLE}: GPUs not in {GPU_TABLE}: {unknown}")
+        gpus = [gpu_entry(r, idle, links) for r in csv.DictReader(f)]
+    for table, names in ((IDLE_TABLE, idle), (INTERCONNECT_TABLE, links)):
+        unknown = sorted(set(names) - {g["name"] for g in gpus})
+        if unknown:
+            raise ValueError(f"{table}: GPUs not in {GPU_TABLE}: {unknown}")
     with open(paper_dir / PAPER_MODELS, newline="", encoding="utf-8") as f:
         paper = {r["model_name"]: r for r in csv.DictReader(f, delimiter=";")}
     with open(catalog_dir / LLM_TABLE, newline="", encoding="utf-8") as f:
@@ -230,11 +268,14 @@ def build_specs(catalog_dir: Path, paper_dir: Path) -> dict[str, Any]:
     return {
         "catalog_version": CATALOG_VERSION,
         "units": {"tdp_w": "W", "memory_size_gb": "GB (NVIDIA marketing GB)", "memory_bandwidth_gb_s": "GB/s (decimal)",
+                  "nvlink_gb_s": "GB/s, total bidirectional NVLink per GPU (datasheet)",
                   "fp16_tflops": "dense FP16 tensor TFLOPS, FP32 accumulate", "params": "billions"},
         "sources": {
             "gpus": f"data/catalog/{GPU_TABLE}: NVIDIA datasheets and TechPowerUp, cross-checked (data/catalog/README.md)",
             "llms": f"data/catalog/{LLM_TABLE}: Hugging Face config.json copies, per-row source in facts.source",
             "idle_power": f"data/catalog/{IDLE_TABLE}: measured idle power with a model loaded, per-row source",
+            "interconnect": f"data/catalog/{INTERCONNECT_TABLE}: NVLink domain, PCIe lanes and largest group per GPU, "
+                            "per-row sources and assumptions (data/catalog/README_interconnect.md)",
             "paper_models": f"data/paper/{PAPER_MODELS}: github:maufadel/wattgpu@4e010359c167ac8c65b55aabd1aafbf765ae5d91",
         },
         "gpus": gpus,

@@ -98,6 +98,12 @@ def evaluate_cmd(out: Path, data_dir: Path, specs: Path, quick: bool, jobs: int)
             row = ", ".join(f"{k} {v['mdape']:.1f} %" for k, v in result[target][split].items()
                             if isinstance(v, dict) and v.get("mdape") is not None)
             click.echo(f"{target} {split.upper()} MdAPE: {row}")
+        tp = result.get("tp", {}).get(target, {})
+        for split in ("logo", "lolo"):
+            if split in tp:
+                row = ", ".join(f"{k} {v['mdape']:.1f} %" for k, v in tp[split].items()
+                                if isinstance(v, dict) and v.get("mdape") is not None)
+                click.echo(f"{target} TP rows ({tp['rows']}) {split.upper()} MdAPE: {row}")
     click.echo(f"wrote {j} and {m} in {elapsed:.0f} s")
 
 @main.command("reproduce-paper")

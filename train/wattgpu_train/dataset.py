@@ -69,6 +69,9 @@ def workload_of(row: pd.Series) -> Workload:
         output_tokens=max(1, int(round(float(row["output_tokens"])))),
         engine=row["engine"],
         num_requests=int(row["num_requests"]) if _num(row["num_requests"]) else None,
+        engine_era=str(row["engine_era"]),
+        itl_stat=str(row["itl_statistic"]),
+        tp=int(row["x_tp"]) if _num(row.get("x_tp")) else 1,
     )
 
 

@@ -56,7 +56,10 @@ def fit_model(recipe: ModelRecipe, data: Dataset, progress: Progress | None = No
         params["monotone_constraints"] = tuple(recipe.monotone.get(f, 0) for f in recipe.features)
     callbacks = [_ProgressCallback(recipe.target, params["n_estimators"], progress)] if progress else None
     model = xgb.XGBRegressor(**params, callbacks=callbacks)
-    model.fit(X, y)
+    weight = None
+    if recipe.tp_row_weight != 1.0:
+        weight = np.where(np.asarray(data.cols["wl_tp"]) > 1, recipe.tp_row_weight, 1.0).astype(np.float32)
+    model.fit(X, y, sample_weight=weight)
     if callbacks:
         model.set_params(callbacks=None)
     return FittedModel(recipe, model)

@@ -16,8 +16,8 @@ def load_catalog(specs_path: Path) -> Catalog:
 
 
 def load_training_records(data_dir: Path, watt_counts: Path | None = None) -> pd.DataFrame:
-    """Every measured single-GPU record used for training, in a deterministic order."""
-    frames = [load_measurements(data_dir)]
+    """Every measured record used for training (single GPU and tensor-parallel groups), in a deterministic order."""
+    frames = [load_measurements(data_dir, single_gpu_only=False)]
     if watt_counts is not None:
         from .watt_counts import load_watt_counts_for_catalog
 

@@ -1,17 +1,17 @@
 """Load the public measurement sets in ``data/`` into the record schema (``records.RECORD_COLUMNS``).
 
-Five sources are read from ``data/<source>/rows.csv`` (copied unchanged from the shared data folder):
-``mlenergy_v1``, ``mlenergy_v2``, ``mlenergy_v3``, ``argonne`` and ``llm_pilot``. Each row is mapped
-to the record schema by a per-source function (engine, workload kind, concurrency, which ITL
-statistic), GPUs are mapped through the reviewed table ``data/gpu_map.csv`` and LLMs are checked
+Six sources are read from ``data/<source>/rows.csv`` (copied unchanged from the shared data folder):
+``mlenergy_v1``, ``mlenergy_v2``, ``mlenergy_v3``, ``argonne``, ``llm_pilot`` and
+``llmperf_techgrandpa``. Each row is mapped to the record schema by a per-source function (engine,
+engine era, workload kind, concurrency, which ITL statistic), GPUs are mapped through the reviewed table ``data/gpu_map.csv`` and LLMs are checked
 against ``data/catalog/llm_configs.csv``. Then the ordered rules in :data:`EXCLUSIONS` drop rows or
 blank out a target that cannot be used. ``data/README.md`` explains every decision and lists the
 row counts; :func:`exclusion_report` recomputes the per-rule counts.
 
 Extra columns kept after the record columns (all prefixed ``x_``): ``x_precision`` (weight format
 as served: float16, bfloat16, float16|bfloat16, fp8, mxfp4, or ``float16 (assumed)``),
-``x_num_gpus``, ``x_task``, ``x_source_gpu`` (the GPU string as the source spells it) and
-``x_llm_source_name``.
+``x_num_gpus``, ``x_task``, ``x_source_gpu`` (the GPU string as the source spells it),
+``x_llm_source_name`` and ``x_tp`` (tensor-parallel degree; power_w is per GPU, itl_s per sequence).
 """
 from __future__ import annotations
 
@@ -24,9 +24,12 @@ import pandas as pd
 
 from .records import RECORD_COLUMNS, check_records
 
-SOURCES: tuple[str, ...] = ("mlenergy_v1", "mlenergy_v2", "mlenergy_v3", "argonne", "llm_pilot")
+SOURCES: tuple[str, ...] = ("mlenergy_v1", "mlenergy_v2", "mlenergy_v3", "argonne", "llm_pilot", "llmperf_techgrandpa")
+# LLMs a source measured that the catalog does not carry: their rows are dropped by the rule
+# ``llm_not_in_catalog`` (counted), any other unknown LLM is an error.
+_NOT_IN_CATALOG = {("llmperf_techgrandpa", "Qwen/Qwen2.5-Coder-14B-Instruct")}
 DECODER_ARCH_CLASSES = ("decoder_transformer", "decoder_moe_transformer")
-EXTRA_COLUMNS = ("x_precision", "x_num_gpus", "x_task", "x_source_gpu", "x_llm_source_name")
+EXTRA_COLUMNS = ("x_precision", "x_num_gpus", "x_task", "x_source_gpu", "x_llm_source_name", "x_tp")
 
 # Engine strings of the argonne `engine` column -> canonical names (workload.ENGINES).
 _ARGONNE_ENGINES = {"vllm": "vllm", "tensorrt-llm": "tensorrt_llm", "deepspeed-mii": "deepspeed_mii"}
@@ -63,11 +66,23 @@ def _is(df: pd.DataFrame, source: str) -> pd.Series:
 
 EXCLUSIONS: list[Rule] = [
     Rule(
+        "not_tensor_parallel",
+        "Multi-GPU runs that are not one tensor-parallel group (pipeline stages, data or expert parallelism: "
+        "num_gpus != tensor_parallel or pipeline_parallel > 1) spread work in ways the TP features do not describe.",
+        lambda d: (d["_num_gpus"] != d["x_tp"]) | (d["_pipeline_parallel"] > 1),
+    ),
+    Rule(
         "multi_gpu",
         "WattGPU's paper and feature set describe one GPU; power/ITL of tensor- or pipeline-parallel "
         "runs depend on interconnect and sharding that the features do not carry.",
         lambda d: d["_num_gpus"] != 1,
         only_if_single_gpu=True,
+    ),
+    Rule(
+        "llm_not_in_catalog",
+        "llmperf_techgrandpa's Qwen2.5-Coder-14B-Instruct runs (RTX A6000 and RTX 6000 Ada only): the model "
+        "is not in data/catalog/llm_configs.csv, so its features cannot be computed.",
+        lambda d: d["_arch_class"].isna(),
     ),
     Rule(
         "non_decoder_architecture",
@@ -102,6 +117,20 @@ EXCLUSIONS: list[Rule] = [
         "node (power_scope != gpu0_only), so the value is not one GPU's power.",
         lambda d: _is(d, "argonne") & (d["_power_scope"] != "gpu0_only"),
         action="mask:power_w",
+    ),
+    Rule(
+        "llmperf_fp8_checkpoint",
+        "llmperf_techgrandpa FP8 checkpoints (neuralmagic ...-FP8): the catalog LLM is the BF16 config (2 bytes "
+        "per weight) and FP8 runs use other kernels (W8A8 on Ada/Hopper, weight-only Marlin on Ampere); the "
+        "README says to compare on the BF16 rows.",
+        lambda d: _is(d, "llmperf_techgrandpa") & (d["x_precision"] != "bfloat16"),
+    ),
+    Rule(
+        "llmperf_repeat_not_median",
+        "llmperf_techgrandpa repeats each (GPU, checkpoint) 3-5 times in a session and the first run is often "
+        "a slow warm-up (high TTFT). One real run per (GPU, checkpoint, day) is kept: the one at the (lower) "
+        "median of the TTFT-excluded ITL; the other repeats are dropped so no configuration counts 3-6 times.",
+        lambda d: _is(d, "llmperf_techgrandpa") & ~d["_is_group_median"],
     ),
     Rule(
         "no_usable_target",
@@ -212,6 +241,38 @@ def _map_argonne(raw: pd.DataFrame) -> dict:
     )
 
 
+def _map_llmperf_techgrandpa(raw: pd.DataFrame) -> dict:
+    n = len(raw)
+    precision = raw["precision"].astype(str).str.upper().map({"BF16": "bfloat16", "FP8": "fp8"})
+    return dict(
+        kind="closed_loop",  # one wave: 64 requests sent at once by 64 concurrent clients
+        engine="vllm",
+        # Dec 2024 - Mar 2025 RunPod vLLM template (version not recorded): after vLLM 0.6 (Sept 2024).
+        engine_era="current",
+        max_batch=_nan(n),  # server flags not recorded (vLLM default 256 at the time)
+        concurrency=_num(raw["concurrency"]),
+        num_requests=_num(raw["completed_requests"]),
+        input_tokens=_num(raw["input_len_tokens"]),
+        power_w=_nan(n),  # no power in the source
+        itl_s=_num(raw["itl_excl_ttft_from_means_s"]),  # README: itl_s includes the TTFT; use this column
+        itl_stat="mean decode ((mean e2e - mean TTFT) / (mean output tokens - 1))",
+        itl_statistic="mean",
+        x_precision=precision.fillna(raw["precision"].astype(str)),
+    )
+
+
+def _group_median_flags(raw: pd.DataFrame) -> np.ndarray:
+    """llmperf: True for the one run per (GPU, checkpoint, day) at the lower median of the TTFT-excluded ITL."""
+    itl = _num(raw["itl_excl_ttft_from_means_s"])
+    day = raw["timestamp"].astype(str).str.slice(0, 10)
+    keys = raw["gpu"].astype(str) + "|" + raw["llm_source_name"].astype(str) + "|" + day
+    flags = np.zeros(len(raw), dtype=bool)
+    for _, idx in keys.groupby(keys).groups.items():
+        vals = itl.loc[idx].sort_values(kind="mergesort")
+        flags[raw.index.get_indexer([vals.index[(len(vals) - 1) // 2]])] = True
+    return flags
+
+
 def _map_llm_pilot(raw: pd.DataFrame) -> dict:
     n = len(raw)
     return dict(
@@ -234,14 +295,22 @@ _MAPPERS = {
     "mlenergy_v3": _map_mlenergy_v3,
     "argonne": _map_argonne,
     "llm_pilot": _map_llm_pilot,
+    "llmperf_techgrandpa": _map_llmperf_techgrandpa,
 }
+# Serving-stack era per source (Workload.engine_era) where the mapper does not set it. legacy = before
+# vLLM's 0.6 scheduler (Sept 2024): HF transformers 2023 (v1), vLLM 0.5.4 (v2), TGIS 2024 (llm_pilot) and
+# argonne's 2024 vLLM / TensorRT-LLM / DeepSpeed-MII releases; mlenergy_v3 is a recent vLLM.
+_ENGINE_ERA = {"mlenergy_v1": "legacy", "mlenergy_v2": "legacy", "mlenergy_v3": "current", "argonne": "legacy",
+               "llm_pilot": "legacy"}
+# itl_stat reduced to the model input: only mlenergy_v3 reports a median; every other source a mean.
+_ITL_STATISTIC = {"mlenergy_v3": "median"}
 
 
 def _source_frame(data_dir: Path, source: str, gpu_map: dict, arch: pd.Series) -> pd.DataFrame:
     raw = _read_rows(data_dir, source)
     n = len(raw)
 
-    unknown_llm = sorted(set(raw["llm"].astype(str)) - set(arch.index))
+    unknown_llm = sorted(set(raw["llm"].astype(str)) - set(arch.index) - {m for s, m in _NOT_IN_CATALOG if s == source})
     if unknown_llm:
         raise MeasurementDataError(
             f"{source}: LLM(s) not in data/catalog/llm_configs.csv: {unknown_llm}; add them to the catalog first")
@@ -270,17 +339,22 @@ def _source_frame(data_dir: Path, source: str, gpu_map: dict, arch: pd.Series) -
             "itl_s": np.asarray(fields["itl_s"], dtype=float),
             "system_s_per_token": _num(raw["system_s_per_token"]).to_numpy(),
             "itl_stat": _values(fields["itl_stat"]),
+            "itl_statistic": fields.get("itl_statistic", _ITL_STATISTIC.get(source, "mean")),
+            "engine_era": fields.get("engine_era", _ENGINE_ERA.get(source)),
             "x_precision": _values(fields["x_precision"]),
             "x_num_gpus": _num(raw["num_gpus"]).to_numpy(),
             "x_task": raw["task"].astype(str).to_numpy(),
             "x_source_gpu": raw["gpu"].astype(str).to_numpy(),
             "x_llm_source_name": raw["llm_source_name"].astype(str).to_numpy(),
+            "x_tp": _num(raw["tensor_parallel"]).to_numpy() if "tensor_parallel" in raw else np.ones(n),
             # helper columns for the rules; removed before returning
             "_num_gpus": _num(raw["num_gpus"]).to_numpy(),
+            "_pipeline_parallel": _num(raw["pipeline_parallel"]).fillna(1).to_numpy() if "pipeline_parallel" in raw else np.ones(n),
             "_arch_class": raw["llm"].astype(str).map(arch).to_numpy(),
             "_failed_fraction": _num(raw["failed_fraction"]).to_numpy() if "failed_fraction" in raw else _nan(n),
             "_power_scope": raw["power_scope"].astype(str).to_numpy() if "power_scope" in raw else "",
             "_source_itl_stat": raw["itl_stat"].astype(str).to_numpy(),
+            "_is_group_median": _group_median_flags(raw) if source == "llmperf_techgrandpa" else np.ones(n, dtype=bool),
         }
     )
     return out

@@ -16,10 +16,11 @@ from wattgpu.specs import Catalog
 
 from . import baselines
 from .dataset import build_dataset
-from .evaluate import (CV_FOLDS, PAPER_PUBLISHED, QUICK_CV_FOLDS, SPLITS, TARGETS, _learned_methods, _round,
-                       make_folds, oof_predictions, score)
+from .evaluate import (CV_FOLDS, PAPER_PUBLISHED, QUICK_CV_FOLDS, TARGETS, _learned_methods, _round, make_folds,
+                       nested_oof, oof_predictions, score)
 from .recipes import Recipe
 
+SPLITS = ("cv", "logo", "lolo")  # the paper's splits (one source: no leave-one-source-out)
 SCENARIO_GROUPS = {"offline": ("offline",), "server": ("server_low", "server_high")}
 
 
@@ -54,7 +55,10 @@ def reproduce_paper(records: pd.DataFrame, catalog: Catalog, quick: bool = False
         for split in SPLITS:
             folds = make_folds(ds.records, split, cv_folds, group_key=model_gpu_key)
             log(f"reproduce-paper {target} {split}: {len(folds)} folds")
-            preds = {name: oof_predictions(r.model(target), ds, folds, n_jobs=n_jobs) for name, r in methods.items()}
+            preds = {name: (nested_oof(r, target, ds, folds, split, n_jobs=n_jobs, group_key=model_gpu_key)[0]
+                            if len(r.candidates(target)) > 1 else
+                            oof_predictions(r.model(target), ds, folds, n_jobs=n_jobs))
+                     for name, r in methods.items()}
             preds.update(base)
             res[split] = {}
             for group, members in SCENARIO_GROUPS.items():

@@ -25,6 +25,7 @@ from .dataset import Dataset, build_dataset
 from .fit import FittedModel, Progress, fit_model
 from .loading import load_catalog, load_training_records
 from .recipes import RECIPES, Recipe
+from .selection import LEAVE_ONE_GROUP_OUT, select
 
 Log = Callable[[str], None]
 
@@ -85,25 +86,34 @@ def fit(data: TrainingData, recipe: str | Recipe = "default", *, intervals: bool
     intervals. ``n_estimators`` overrides the recipe's tree count (small values for smoke runs)."""
     rec = RECIPES[recipe] if isinstance(recipe, str) else recipe
     if n_estimators is not None:
-        rec = replace(rec, **{t: replace(rec.model(t), params={**rec.model(t).params, "n_estimators": n_estimators})
-                              for t in TARGETS})
+        def trees(m: Any) -> Any:
+            return replace(m, params={**m.params, "n_estimators": n_estimators})
+        rec = replace(rec, **{t: trees(rec.model(t)) for t in TARGETS},
+                      grid={t: tuple(trees(m) for m in ms) for t, ms in rec.grid.items()})
     result = FitResult(recipe=rec, data=data, datasets={}, models={}, summary={})
     for target in TARGETS:
-        mr = rec.model(target)
         ds = build_dataset(data.records, data.catalog, target)
         result.datasets[target] = ds
         log(f"{target}: {len(ds)} measured rows, {ds.records['gpu'].nunique()} GPUs, "
             f"{ds.records['llm'].nunique()} LLMs")
+        # Nested choice among the recipe's candidates, on the training rows only (leave-one-GPU-out).
+        cands = rec.candidates(target)
+        k, inner = select(cands, ds, ds.records["gpu"].to_numpy(dtype=object), LEAVE_ONE_GROUP_OUT)
+        mr = cands[k]
+        if len(cands) > 1:
+            log(f"{target}: candidate {k} of {len(cands)} chosen by leave-one-GPU-out "
+                f"(inner MdAPE {', '.join(f'{v:.1f}' for v in inner)} %)")
         result.models[target] = fit_model(mr, ds, progress=progress)
         result.summary[target] = {
             "rows": len(ds), "gpus": sorted(ds.records["gpu"].unique()), "llms": int(ds.records["llm"].nunique()),
             "sources": {k: int(v) for k, v in ds.records["source"].value_counts().sort_index().items()},
             "records_sha256": hashlib.sha256(ds.records.to_csv(index=False).encode()).hexdigest(),
+            "candidate": k, "candidates": len(cands),
         }
         if intervals:
             log(f"{target}: calibrating intervals (leave-one-GPU-out)")
             oof = grouped_oof(mr, ds, ds.records["gpu"].to_numpy(), n_jobs=n_jobs)
-            result.intervals[target] = interval_factors(ds.y_physical(target), oof)
+            result.intervals[target] = interval_factors(ds.y_physical(target), oof, groups=ds.records["gpu"].to_numpy())
     result.domain = training_domain(result.datasets)
     return result
 
@@ -123,7 +133,7 @@ def export(result: FitResult, out: str | Path) -> dict[str, Any]:
 
 
 def evaluate(data: TrainingData, *, quick: bool = False, n_jobs: int = 2, log: Log = _quiet) -> dict[str, Any]:
-    """Score the default recipe, the paper's recipe and the physical baselines under CV / LOGO / LOLO."""
+    """Score the default recipe, the paper's recipe and the physical baselines under CV / LOGO / LOLO / LOSO."""
     from .evaluate import evaluate as run
 
     return run(data.records, data.catalog, quick=quick, n_jobs=n_jobs, log=log)

@@ -9,7 +9,7 @@ from __future__ import annotations
 # column -> (dtype kind, meaning)
 RECORD_COLUMNS: dict[str, tuple[str, str]] = {
     "row_id": ("str", "stable id: '<source>:<index in the source file>'"),
-    "source": ("str", "dataset name (mlenergy_v1, mlenergy_v2, mlenergy_v3, argonne, llm_pilot, watt_counts)"),
+    "source": ("str", "dataset name (mlenergy_v1, mlenergy_v2, mlenergy_v3, argonne, llm_pilot, llmperf_techgrandpa, watt_counts)"),
     "llm": ("str", "catalog LLM id (Hugging Face id)"),
     "gpu": ("str", "catalog GPU canonical name (specs.json)"),
     "kind": ("str", "workload kind: offline | server | closed_loop"),
@@ -25,6 +25,8 @@ RECORD_COLUMNS: dict[str, tuple[str, str]] = {
     "itl_s": ("float", "per-sequence inter-token latency (s/token); NaN when not measured"),
     "system_s_per_token": ("float", "1 / output throughput of the whole run (s/token); NaN when not measured"),
     "itl_stat": ("str", "which statistic itl_s is (mean, median, mean incl. prefill, ...)"),
+    "itl_statistic": ("str", "itl_stat reduced to the model input Workload.itl_stat: mean | median"),
+    "engine_era": ("str", "serving-stack era (Workload.engine_era): legacy (before vLLM 0.6) | current"),
 }
 
 

@@ -311,6 +311,9 @@ def load_watt_counts(
             "itl_s": itl,
             "system_s_per_token": (df["measurement_duration"] / df["generation_tokens_total"]).to_numpy(dtype="float64"),
             "itl_stat": [ITL_STAT] * n,
+            "itl_statistic": ["mean"] * n,
+            # The file records no vLLM version; the paper's runs are treated as today's stack (the default).
+            "engine_era": ["current"] * n,
             "x_normalized_power_draw": df["normalized_power_draw"].to_numpy(dtype="float64"),
             "x_paper_itl": df["paper_itl"].to_numpy(dtype="float64"),
             "x_lambda_qps_feature": df["lambda_qps_feature"].to_numpy(dtype="float64"),

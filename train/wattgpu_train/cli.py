@@ -85,7 +85,7 @@ def fit_cmd(data_dir: Path, watt_counts: Path | None, specs: Path, recipe: str, 
 @click.option("--quick", is_flag=True, help="Smoke run for CI: fewer trees and CV folds (figures not meaningful).")
 @click.option("--jobs", type=int, default=2, show_default=True, help="Fold fits run in parallel.")
 def evaluate_cmd(out: Path, data_dir: Path, specs: Path, quick: bool, jobs: int) -> None:
-    """Score default, paper recipe and physical baselines under CV / LOGO / LOLO; write accuracy.json and .md."""
+    """Score default, paper recipe and physical baselines under CV / LOGO / LOLO / LOSO; write accuracy.json and .md."""
     from .report import evaluate_markdown
 
     t0 = time.perf_counter()
@@ -94,7 +94,7 @@ def evaluate_cmd(out: Path, data_dir: Path, specs: Path, quick: bool, jobs: int)
     j = _write(out, "accuracy.json", json.dumps(result, indent=1, sort_keys=False, ensure_ascii=False) + "\n")
     m = _write(out, "accuracy.md", evaluate_markdown(result))
     for target in ("power", "itl"):
-        for split in ("logo", "lolo", "cv"):
+        for split in ("logo", "lolo", "loso", "cv"):
             row = ", ".join(f"{k} {v['mdape']:.1f} %" for k, v in result[target][split].items()
                             if isinstance(v, dict) and v.get("mdape") is not None)
             click.echo(f"{target} {split.upper()} MdAPE: {row}")

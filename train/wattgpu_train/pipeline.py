@@ -108,7 +108,6 @@ def fit(data: TrainingData, recipe: str | Recipe = "default", *, intervals: bool
             "rows": len(ds), "gpus": sorted(ds.records["gpu"].unique()), "llms": int(ds.records["llm"].nunique()),
             "sources": {k: int(v) for k, v in ds.records["source"].value_counts().sort_index().items()},
             "records_sha256": hashlib.sha256(ds.records.to_csv(index=False).encode()).hexdigest(),
-            "candidate": k, "candidates": len(cands),
         }
         if intervals:
             log(f"{target}: calibrating intervals (leave-one-GPU-out)")

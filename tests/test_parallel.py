@@ -168,3 +168,17 @@ def test_rank_tp_auto_with_replicas_counts_every_gpu():
         assert c.fleet_power_w == pytest.approx(c.replicas * c.tp * c.power_w)
     fleet = [c.fleet_power_w for c in res.candidates]
     assert fleet == sorted(fleet)
+
+
+def test_rank_tp_auto_capacity_is_each_groups_own():
+    """Each (GPU, N) candidate carries the capacity of its own group, as a direct prediction gives it
+    (a capacity memo keyed without the TP degree once gave every group the single GPU's figure)."""
+    import wattgpu
+
+    pred = default_predictor()
+    res = wattgpu.rank("meta-llama/Llama-3.1-70B-Instruct", Workload(), tp="auto", predictor=pred,
+                       gpus=["NVIDIA B100", "NVIDIA H100 SXM5 80GB"])
+    assert len({c.tp for c in res.candidates}) > 1
+    for c in res.candidates:
+        p = pred.predict(c.gpu, "meta-llama/Llama-3.1-70B-Instruct", Workload(tp=c.tp))
+        assert c.max_qps == pytest.approx(p.max_qps, rel=1e-12), (c.gpu, c.tp)

@@ -16,6 +16,7 @@ throughput stays at ``max_qps × output_tokens`` and the prediction says so (``o
 """
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -98,12 +99,18 @@ def capacity_table(evaluate: Callable[[F.Columns], dict[str, np.ndarray]], tripl
             "max_concurrency": np.maximum(cols["fit_sequences"], 0.0)}
 
 
+# Workload fields that describe the offered load; every other field describes the engine set-up.
+LOAD_FIELDS = ("kind", "qps", "concurrency", "num_requests")
+
+
 def _key(t: tuple[Any, Any, Any], learned: bool) -> tuple[Any, ...]:
-    """What the capacity of a row depends on: the specs and the engine set-up, not the offered load
-    (except through the workload features of a model trained on server rows)."""
+    """What the capacity of a row depends on: the specs and every engine set-up field (batch cap, tokens,
+    engine, era, ITL statistic, TP degree, …), not the offered load (except through the workload
+    features of a model trained on server rows). Derived from the dataclass fields, so a new Workload
+    field is part of the key unless it is listed in :data:`LOAD_FIELDS`."""
     g, m, w = t
-    return (id(g), id(m), w.max_batch, w.input_tokens, w.output_tokens, w.engine, w.gpu_memory_utilization,
-            w.kv_cache_dtype, *((w.kind, w.qps, w.concurrency, w.num_requests) if learned else ()))
+    names = [f.name for f in fields(w) if learned or f.name not in LOAD_FIELDS]
+    return (id(g), id(m), *(getattr(w, n) for n in names))
 
 
 def overload_message(qps: float, max_qps: float, sla: bool = False) -> str:

@@ -3,6 +3,12 @@
 ``columns(rows)`` turns (GpuSpec, LlmSpec, Workload) triples into raw numpy columns; each registered
 feature maps those columns to one float64 array; ``matrix(names, cols)`` stacks them in schema order
 as float32 (what XGBoost was trained on and what onnxruntime consumes).
+
+The same definitions evaluate on one row of plain floats: ``row_columns(row)`` and
+``row_vector(names, c)`` are the scalar path of a single prediction. Every formula here (and in
+:mod:`physics`, :mod:`targets`) uses :mod:`ops` or plain arithmetic, so a value is computed by one
+piece of code either way and the two paths give bit-identical float32 inputs (tests/test_scalar_path.py
+checks every registered feature over the catalog).
 """
 from __future__ import annotations
 
@@ -12,7 +18,7 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from . import physics
+from . import ops, physics
 from .specs import GpuSpec, LlmSpec, MEMORY_TYPES
 from .workload import ENGINES, KINDS, Workload
 
@@ -99,6 +105,33 @@ def columns(rows: Iterable[tuple[GpuSpec, LlmSpec, Workload]]) -> Columns:
     return derive(out)
 
 
+def gpu_columns(g: GpuSpec) -> dict[str, float]:
+    """The raw columns one GPU contributes to a row, as floats."""
+    return dict(zip(_GPU_KEYS, _gpu_values(g)))
+
+
+def llm_columns(m: LlmSpec) -> dict[str, float]:
+    """The raw columns one LLM contributes to a row, as floats."""
+    return dict(zip(_LLM_KEYS, _llm_values(m)))
+
+
+def workload_columns(w: Workload) -> dict[str, float]:
+    """The raw columns one workload contributes to a row, as floats."""
+    return dict(zip(_WL_KEYS, _wl_values(w)))
+
+
+def row_columns(row: tuple[GpuSpec, LlmSpec, Workload],
+                parts: tuple[dict[str, float], dict[str, float], dict[str, float]] | None = None) -> dict[str, float]:
+    """The raw and derived columns of ONE row as plain floats (the scalar twin of :func:`columns`).
+
+    ``parts``: the row's :func:`gpu_columns`, :func:`llm_columns`, :func:`workload_columns` when the
+    caller has them already (they are read-only here)."""
+    g, m, w = row
+    gc, lc, wc = parts if parts is not None else (gpu_columns(g), llm_columns(m), workload_columns(w))
+    c = {**gc, **lc, **wc}
+    return derive(c)  # type: ignore[arg-type,return-value]
+
+
 def derive(c: Columns) -> Columns:
     """Add the physics-derived columns (in place) and return ``c``."""
     c["weights_bytes"] = physics.weight_bytes(c["llm_total_params_b"], c["llm_weight_bytes_per_param"])
@@ -125,6 +158,8 @@ _OVERHEAD_BY_CODE = np.array([physics.LAYER_OVERHEAD_S.get(e, physics.LAYER_OVER
 
 def _layer_overhead_s(engine_code: np.ndarray) -> np.ndarray:
     """Per-layer step overhead of each row's engine (default figure for an unknown engine)."""
+    if isinstance(engine_code, float):
+        return physics.LAYER_OVERHEAD_DEFAULT_S if engine_code != engine_code else float(_OVERHEAD_BY_CODE[int(engine_code)])
     code = np.asarray(engine_code, dtype=np.float64)
     ok = np.isfinite(code)
     out = np.full(code.shape, physics.LAYER_OVERHEAD_DEFAULT_S)
@@ -199,7 +234,7 @@ _alias("llm_model_type_code", "llm_model_type_code", "ordinal", "config model_ty
 
 @feature("llm_log_params_b", "log(1e9)", "natural log of total parameters in billions")
 def _log_params(c: Columns) -> np.ndarray:
-    return np.log(c["llm_total_params_b"])
+    return ops.log(c["llm_total_params_b"])
 
 
 @feature("llm_weights_gb", "GB", "weight bytes resident on the GPU")
@@ -214,7 +249,7 @@ def _kv_kb(c: Columns) -> np.ndarray:
 
 @feature("llm_is_moe", "bool", "1 for mixture-of-experts models")
 def _is_moe(c: Columns) -> np.ndarray:
-    return (c["llm_num_experts"] > 1).astype(np.float64)
+    return ops.as_float(c["llm_num_experts"] > 1)
 
 
 # --- workload features
@@ -228,7 +263,7 @@ _alias("wl_output_tokens", "wl_output_tokens", "tokens", "mean generated length"
 
 @feature("wl_log_eff_batch", "log(sequences)", "log of the effective decode batch (cap, requests, memory)")
 def _log_batch(c: Columns) -> np.ndarray:
-    return np.log(c["eff_batch"])
+    return ops.log(c["eff_batch"])
 
 
 @feature("wl_kv_cache_gb", "GB", "KV cache held by the effective batch at mean context")
@@ -255,7 +290,7 @@ def _cmp_lat(c: Columns) -> np.ndarray:
 
 @feature("log_roofline_itl", "log(s)", "log of the roofline decode-step time at the effective batch")
 def _log_roof(c: Columns) -> np.ndarray:
-    return np.log(c["roofline_itl_s"])
+    return ops.log(c["roofline_itl_s"])
 
 
 @feature("roofline_compute_share", "ratio", "FLOP time / memory time of one decode step (>1: compute-bound)")
@@ -267,12 +302,30 @@ def _cshare(c: Columns) -> np.ndarray:
 
 @feature("log_roofline_tok_s_per_w", "log(tok/s/W)", "log roofline throughput per watt of TDP")
 def _tok_per_w(c: Columns) -> np.ndarray:
-    return np.log(c["eff_batch"] / c["roofline_itl_s"] / c["gpu_tdp_w"])
+    return ops.log(c["eff_batch"] / c["roofline_itl_s"] / c["gpu_tdp_w"])
 
 
 @feature("roofline_duty", "fraction", "roofline step time / (roofline + per-layer engine overhead): busy share of a step")
 def _duty(c: Columns) -> np.ndarray:
     return c["roofline_duty"]
+
+
+def row_vector(names: Sequence[str], c: dict[str, float]) -> list[float]:
+    """The named features of one row (scalar columns from :func:`row_columns`), as floats in order;
+    ``np.array(..., dtype=np.float32)`` of it equals the row of :func:`matrix`. Features are memoised
+    in ``c`` like :func:`matrix` does. Arithmetic errors (a zero divisor) propagate: the caller falls
+    back to the vectorised path, which gives numpy's inf/NaN."""
+    out = []
+    for n in names:
+        key = "feature:" + n
+        v = c.get(key)
+        if v is None:
+            feat = REGISTRY.get(n)
+            if feat is None:
+                raise KeyError(f"unknown feature {n!r}; known: {sorted(REGISTRY)}")
+            v = c[key] = float(feat.fn(c))  # type: ignore[arg-type]
+        out.append(v)
+    return out
 
 
 def matrix(names: Sequence[str], cols: dict[str, np.ndarray]) -> np.ndarray:

@@ -6,6 +6,7 @@
     assemble.py  rows → feature columns → ONNX → physical outputs
     server.py    Poisson-server physics (Little's law, idle/busy mix)
     results.py   the vectorised numbers and the Prediction of each row
+    single.py    the same definitions on plain floats for one row (Predictor.predict)
 
 Every row tuple and every function takes ``(gpu, llm, workload)`` in that order.
 """
@@ -17,7 +18,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from . import assemble, checks, results
+from . import assemble, checks, results, single
 from .assemble import Row
 from .bundle import ModelBundle, parse_interval_factors
 from .checks import NO_KV_CACHE, context_warnings, domain_warnings
@@ -72,7 +73,9 @@ class Predictor:
     def predict(self, gpu: Any, llm: Any, workload: Workload | Mapping[str, Any] | None = None) -> Prediction:
         """Predict one (gpu, llm, workload); the 0.1 order (llm, gpu) still works, with a DeprecationWarning."""
         g, m = resolve_pair(self.catalog, gpu, llm)
-        return self.predict_specs([(g, m, as_workload(workload))])[0]
+        row = (g, m, as_workload(workload))
+        fast = single.predict_one(self.bundle, row)  # plain floats; None → the vectorised path
+        return fast if fast is not None else self.predict_specs([row])[0]
 
     def predict_many(self, rows: Iterable[tuple[Any, Any, Any]]) -> list[Prediction]:
         """Predict many (gpu, llm, workload) rows in one vectorised pass."""

@@ -6,7 +6,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from . import features as F
-from . import physics
+from . import ops, physics
 from .assemble import Evaluate, Row
 from .bundle import ModelBundle
 from .checks import (context_warnings, domain_warnings, intervals, not_finite_error, server_warnings,
@@ -41,17 +41,25 @@ def core(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.C
         for k, m in mix.items():
             power[k], itl[k], busy[k], batch[k] = m["power"], m["itl"], m["busy"], m["batch"]
             tokens_per_s[k] = rows[k][2].qps * rows[k][2].output_tokens  # type: ignore[operator]
-    tdp = cols["gpu_tdp_w"]
     with np.errstate(divide="ignore", invalid="ignore"):
-        not_finite = ~(np.isfinite(power) & np.isfinite(itl) & (power > 0) & (itl > 0) & (tokens_per_s > 0))
-        capped = np.minimum(power, tdp)
-        s_per_tok = 1.0 / tokens_per_s
-        energy = energy_figures(capped, s_per_tok, cols["wl_output_tokens"])
-    numbers = {"power_w": capped, "raw_power_w": power, "itl_s": itl, "effective_batch": batch,
-               "busy_fraction": busy, "throughput_tok_s": tokens_per_s, "system_s_per_token": s_per_tok,
-               "energy_per_token_j": energy["j_per_token"], "energy_per_request_j": energy["j_per_request"],
-               "not_finite": not_finite, "server_learned": server & server_learned}
+        numbers = finish(power, itl, batch, busy, tokens_per_s, cols["gpu_tdp_w"], cols["wl_output_tokens"],
+                         server & server_learned)
     return numbers, mix
+
+
+def finish(power: Any, itl: Any, batch: Any, busy: Any, tokens_per_s: Any, tdp: Any, output_tokens: Any,
+           server_learned: Any) -> dict[str, Any]:
+    """The numbers of a prediction from the model outputs (power capped at TDP, energy, finiteness);
+    arrays for the vectorised core, floats for the one-row scalar path (:mod:`single`)."""
+    not_finite = ops.logical_not(ops.isfinite(power) & ops.isfinite(itl) & (power > 0) & (itl > 0)
+                                 & (tokens_per_s > 0))
+    capped = ops.minimum(power, tdp)
+    s_per_tok = 1.0 / tokens_per_s
+    energy = energy_figures(capped, s_per_tok, output_tokens)
+    return {"power_w": capped, "raw_power_w": power, "itl_s": itl, "effective_batch": batch,
+            "busy_fraction": busy, "throughput_tok_s": tokens_per_s, "system_s_per_token": s_per_tok,
+            "energy_per_token_j": energy["j_per_token"], "energy_per_request_j": energy["j_per_request"],
+            "not_finite": not_finite, "server_learned": server_learned}
 
 
 def prediction(bundle: ModelBundle, i: int, row: Row, cols: F.Columns, numbers: Mapping[str, np.ndarray],

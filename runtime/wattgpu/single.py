@@ -1,0 +1,153 @@
+"""One prediction on plain Python floats: the scalar path of :meth:`Predictor.predict`.
+
+numpy spends tens of microseconds on the ~60 ufunc calls of one prediction when every array holds
+one element. This path evaluates the SAME definitions — :func:`features.row_columns` /
+:func:`features.row_vector` (features and physics via :mod:`ops`), :func:`targets.inverse`,
+:func:`results.finish`, :func:`results.prediction` — on floats, runs each model once on a one-row
+float32 buffer, and so returns the Prediction the vectorised path returns, bit for bit
+(tests/test_scalar_path.py).
+
+Rows it does not handle return None and take the vectorised path, so their numbers, warnings and
+errors are the vectorised path's by construction: Poisson-server workloads (the fixed point is
+solved vectorised), rows that cannot be predicted (no KV cache, does not fit, not finite) and rows
+that hit an arithmetic edge a float raises on (a zero divisor) where numpy gives inf/NaN.
+"""
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any, Callable
+
+import numpy as np
+
+from . import features as F
+from .assemble import Row
+from .bundle import ModelBundle
+from .checks import NO_KV_CACHE, domain_warnings
+from .prediction import Prediction
+from .results import finish, prediction
+from .targets import inverse
+
+
+class _RowRunner:
+    """One model on a prebuilt one-row float32 input buffer bound to onnxruntime (no per-call
+    allocation or feed validation); one per thread, model and bundle."""
+
+    def __init__(self, session: Any, input_name: str, names: tuple[str, ...], transform: str) -> None:
+        self.session, self.names, self.transform = session, names, transform
+        self.x = np.zeros((1, len(names)), dtype=np.float32)
+        self.y = np.zeros((1, 1), dtype=np.float32)
+        self.binding = session.io_binding()
+        self.binding.bind_cpu_input(input_name, self.x)
+        self.binding.bind_output(session.get_outputs()[0].name, "cpu", 0, np.float32, [1, 1], self.y.ctypes.data)
+
+    def __call__(self, c: dict[str, float]) -> float:
+        """The model's output for one row of scalar columns, in physical units."""
+        self.x[0] = F.row_vector(self.names, c)  # float → float32 as the vectorised matrix casts it
+        self.session.run_with_iobinding(self.binding)
+        return inverse(self.transform, float(self.y[0, 0]), c)
+
+
+class _Memo:
+    """Per-bundle cache of what depends only on the spec objects of a row (their raw columns, the
+    workload dict, the domain warnings). Keyed by ``id()`` and holding the objects, so a key can never
+    be reused by another object while it is cached; cleared when it grows past ``LIMIT`` entries."""
+
+    LIMIT = 4096
+
+    def __init__(self) -> None:
+        self.specs: dict[tuple[int, Callable[[Any], Any]], tuple[Any, Any]] = {}
+        self.warnings: dict[tuple[int, int, str, str], tuple[Any, Any, tuple[str, ...]]] = {}
+
+    def spec(self, obj: Any, make: Callable[[Any], Any]) -> Any:
+        key = (id(obj), make)
+        hit = self.specs.get(key)
+        if hit is not None and hit[0] is obj:
+            return hit[1]
+        if len(self.specs) > self.LIMIT:
+            self.specs.clear()
+        value = make(obj)
+        self.specs[key] = (obj, value)
+        return value
+
+    def domain(self, bundle: ModelBundle, row: Row) -> tuple[tuple[int, int, str, str], tuple[str, ...]]:
+        g, m, w = row
+        key = (id(g), id(m), w.kind, w.engine)  # all that domain_warnings reads
+        hit = self.warnings.get(key)
+        if hit is not None and hit[0] is g and hit[1] is m:
+            return key, hit[2]
+        if len(self.warnings) > self.LIMIT:
+            self.warnings.clear()
+        base = tuple(domain_warnings(bundle.schema.domain, g, m, w))
+        self.warnings[key] = (g, m, base)
+        return key, base
+
+
+_LOCAL = threading.local()
+_MEMOS: "weakref.WeakKeyDictionary[ModelBundle, _Memo]" = weakref.WeakKeyDictionary()
+
+
+def _runners(bundle: ModelBundle) -> dict[str, _RowRunner]:
+    by_bundle = getattr(_LOCAL, "by_bundle", None)
+    if by_bundle is None:
+        by_bundle = _LOCAL.by_bundle = weakref.WeakKeyDictionary()
+    runners = by_bundle.get(bundle)
+    if runners is None:
+        runners = by_bundle[bundle] = {t: _RowRunner(bundle.session(t), m.input_name, m.feature_names, m.transform)
+                                       for t, m in bundle.schema.models.items()}
+    return runners
+
+
+def _memo(bundle: ModelBundle) -> _Memo:
+    memo = _MEMOS.get(bundle)
+    if memo is None:
+        memo = _MEMOS.setdefault(bundle, _Memo())
+    return memo
+
+
+def evaluate_one(bundle: ModelBundle, c: dict[str, float]) -> dict[str, float]:
+    """Every model of ``bundle`` on one row of scalar columns, in physical units."""
+    return {target: run(c) for target, run in _runners(bundle).items()}
+
+
+def numbers_one(bundle: ModelBundle, row: Row, memo: _Memo | None = None) -> tuple[dict[str, float], dict[str, Any]] | None:
+    """(columns, numbers) of one predictable non-server row as floats, or None for the vectorised path."""
+    g, llm, wl = row
+    if wl.kind == "server" or llm.arch_class in NO_KV_CACHE:
+        return None
+    try:
+        if memo is None:
+            c = F.row_columns(row)
+        else:
+            c = F.row_columns(row, (memo.spec(g, F.gpu_columns), memo.spec(llm, F.llm_columns),
+                                    memo.spec(wl, F.workload_columns)))
+        if not c["fit_batch"] >= 1:
+            return None
+        out = evaluate_one(bundle, c)
+        power, itl = out["power"], out["itl"]
+        batch = c["eff_batch"]
+        numbers = finish(power, itl, batch, 1.0, batch / itl, c["gpu_tdp_w"], c["wl_output_tokens"], False)
+    except ArithmeticError:  # ZeroDivisionError, OverflowError: numpy would give inf/NaN
+        return None
+    if numbers["not_finite"]:
+        return None
+    return c, numbers
+
+
+def predict_one(bundle: ModelBundle, row: Row) -> Prediction | None:
+    """The Prediction of one row on the scalar path, or None when the row needs the vectorised path."""
+    memo = _memo(bundle)
+    got = numbers_one(bundle, row, memo)
+    if got is None:
+        return None
+    c, numbers = got
+    one: dict[str, Any] = {k: (v,) for k, v in numbers.items()}
+    cols = {"fit_batch": (c["fit_batch"],), "roofline_itl_s": (c["roofline_itl_s"],)}
+    wl = row[2]
+    key, base = memo.domain(bundle, row)
+    call_memo = {key: base, id(wl): memo.spec(wl, _workload_dict)}  # what results.prediction memoises per call
+    return prediction(bundle, 0, row, cols, one, None, call_memo)  # type: ignore[arg-type]
+
+
+def _workload_dict(wl: Any) -> dict[str, Any]:
+    return wl.to_dict()  # results.prediction copies it into each Prediction

@@ -315,17 +315,26 @@ def row_vector(names: Sequence[str], c: dict[str, float]) -> list[float]:
     ``np.array(..., dtype=np.float32)`` of it equals the row of :func:`matrix`. Features are memoised
     in ``c`` like :func:`matrix` does. Arithmetic errors (a zero divisor) propagate: the caller falls
     back to the vectorised path, which gives numpy's inf/NaN."""
+    plan = _PLANS.get(names)  # type: ignore[call-overload]
+    if plan is None:
+        plan = _PLANS[tuple(names)] = _plan(names)
     out = []
-    for n in names:
-        key = "feature:" + n
+    for key, feat in plan:
         v = c.get(key)
         if v is None:
-            feat = REGISTRY.get(n)
-            if feat is None:
-                raise KeyError(f"unknown feature {n!r}; known: {sorted(REGISTRY)}")
             v = c[key] = float(feat.fn(c))  # type: ignore[arg-type]
         out.append(v)
     return out
+
+
+_PLANS: dict[tuple[str, ...], list[tuple[str, Feature]]] = {}  # names -> (memo key, feature); registry entries never change
+
+
+def _plan(names: Sequence[str]) -> list[tuple[str, Feature]]:
+    missing = [n for n in names if n not in REGISTRY]
+    if missing:
+        raise KeyError(f"unknown feature {missing[0]!r}; known: {sorted(REGISTRY)}")
+    return [("feature:" + n, REGISTRY[n]) for n in names]
 
 
 def matrix(names: Sequence[str], cols: dict[str, np.ndarray]) -> np.ndarray:

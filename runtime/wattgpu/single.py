@@ -40,11 +40,24 @@ class _RowRunner:
         self.binding = session.io_binding()
         self.binding.bind_cpu_input(input_name, self.x)
         self.binding.bind_output(session.get_outputs()[0].name, "cpu", 0, np.float32, [1, 1], self.y.ctypes.data)
+        self.run = self._direct_run()
+
+    def _direct_run(self) -> Callable[[], Any]:
+        """The C-level run of the binding when this onnxruntime exposes it (skips the Python wrapper's
+        per-call bookkeeping), else the public ``run_with_iobinding``."""
+        c_sess, c_binding = getattr(self.session, "_sess", None), getattr(self.binding, "_iobinding", None)
+        if c_sess is not None and c_binding is not None:
+            try:
+                c_sess.run_with_iobinding(c_binding, None)
+                return lambda: c_sess.run_with_iobinding(c_binding, None)
+            except Exception:  # noqa: BLE001 - another onnxruntime version: use the public API
+                pass
+        return lambda: self.session.run_with_iobinding(self.binding)
 
     def __call__(self, c: dict[str, float]) -> float:
         """The model's output for one row of scalar columns, in physical units."""
         self.x[0] = F.row_vector(self.names, c)  # float → float32 as the vectorised matrix casts it
-        self.session.run_with_iobinding(self.binding)
+        self.run()
         return inverse(self.transform, float(self.y[0, 0]), c)
 
 

@@ -315,6 +315,7 @@ class Catalog:
     unsupported_llms: tuple[tuple[str, str], ...] = ()  # (name, why WattGPU cannot model it)
     _gpu_index: dict[str, GpuSpec] = field(repr=False, compare=False, default_factory=dict)
     _llm_index: dict[str, LlmSpec] = field(repr=False, compare=False, default_factory=dict)
+    _hits: dict[tuple[str, str], Any] = field(repr=False, compare=False, default_factory=dict)  # exact spelling -> spec
 
     def __post_init__(self) -> None:
         for g in self.gpus:
@@ -339,11 +340,21 @@ class Catalog:
 
     def find_gpu(self, name: str) -> GpuSpec | None:
         """The GPU whose name or alias matches ``name`` (case-insensitive), or None."""
-        return self._gpu_index.get(_norm_gpu(name))
+        hit = self._hits.get(("gpu", name))
+        if hit is None:
+            hit = self._gpu_index.get(_norm_gpu(name))
+            if hit is not None and len(self._hits) < 4096:
+                self._hits[("gpu", name)] = hit
+        return hit
 
     def find_llm(self, name: str) -> LlmSpec | None:
         """The supported LLM whose id matches ``name`` (case-insensitive), or None."""
-        return self._llm_index.get(_norm(name))
+        hit = self._hits.get(("llm", name))
+        if hit is None:
+            hit = self._llm_index.get(_norm(name))
+            if hit is not None and len(self._hits) < 4096:
+                self._hits[("llm", name)] = hit
+        return hit
 
     def gpu(self, name: str) -> GpuSpec:
         """Find a GPU by name or alias (case-insensitive); unknown names raise with close matches."""

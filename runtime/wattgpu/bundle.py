@@ -7,31 +7,40 @@ machines). Thread-safe.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import threading
-from importlib import resources
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import ArtifactError
 from .schema import SCHEMA_FILE, FeatureSchema, ModelSchema
-from .specs import Catalog, default_catalog
+from .specs import Catalog, default_catalog, packaged_bytes
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 PACKAGED = "wattgpu/models"
 IntervalFactors = dict[str, tuple[tuple[float, float, float], ...]]
 
 
 def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+    try:  # the builtin module: no OpenSSL load on the cold-start path
+        from _sha256 import sha256 as digest  # type: ignore[import-not-found]
+    except ImportError:  # Python 3.12+ (_sha2) or a build without it
+        from hashlib import sha256 as digest
+    return digest(data).hexdigest()
 
 
 class ModelBundle:
     """One exported model set: its schema, catalog and (lazily) onnxruntime sessions."""
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
-        self.path = Path(path) if path is not None else None
+        if path is not None:
+            from pathlib import Path  # only for explicit bundles: keeps pathlib off the cold start
+
+            self.path: Path | None = Path(path)
+        else:
+            self.path = None
         self._schema: FeatureSchema | None = None
         self._catalog: Catalog | None = None
         self._factors: IntervalFactors | None = None
@@ -47,7 +56,7 @@ class ModelBundle:
         """The bytes of one artifact file (ArtifactError naming it when it cannot be read)."""
         try:
             if self.path is None:
-                return resources.files("wattgpu").joinpath("models", name).read_bytes()
+                return packaged_bytes(name)
             return (self.path / name).read_bytes()
         except (FileNotFoundError, IsADirectoryError, OSError) as exc:
             raise ArtifactError(f"{self.label(name)}: cannot read model artifact ({exc.__class__.__name__}); "

@@ -79,6 +79,9 @@ _WL_KEYS = (*("wl_" + f for f in _WL_FIELDS), "wl_kind_code", "wl_engine_code", 
             "wl_concurrency", "wl_num_requests")
 
 
+RAW_KEYS = frozenset(_GPU_KEYS + _LLM_KEYS + _WL_KEYS)  # the columns read from the specs; derive() adds the rest
+
+
 def columns(rows: Iterable[tuple[GpuSpec, LlmSpec, Workload]]) -> Columns:
     """Raw numeric columns for a batch of (GPU, LLM, workload) triples.
 

@@ -155,8 +155,9 @@ def server_power_mix(idle_w: np.ndarray, busy_power_w: np.ndarray, concurrency: 
     return idle + busy_fraction(concurrency) * ops.maximum(ops.asarray(busy_power_w) - idle, 0.0)
 
 
-def solve_server_concurrency(qps: np.ndarray, request_time_s: Callable[[np.ndarray], np.ndarray], iters: int = 60,
-                             rtol: float = 1e-6, damping: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
+def solve_server_concurrency(qps: np.ndarray, request_time_s: Callable[..., np.ndarray], iters: int = 60,
+                             rtol: float = 1e-6, damping: float = 0.5,
+                             active_rows: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Fixed point L = λ · T(L) of Little's law, where the per-request time T depends on the batch.
 
     ``request_time_s(L)`` maps an array of concurrencies to per-request times (prefill + output tokens ×
@@ -164,13 +165,27 @@ def solve_server_concurrency(qps: np.ndarray, request_time_s: Callable[[np.ndarr
     stops when it converges and is frozen from then on, so its result does not depend on which other
     rows share the batch. T grows with the batch, so when λ is beyond capacity L diverges; the caller
     checks it against what memory allows.
+
+    With ``active_rows`` it is called as ``request_time_s(L[idx], idx)`` for the rows ``idx`` not yet
+    converged only (T is row-wise, so the result is the same; converged rows cost nothing).
     """
     qps = np.asarray(qps, dtype=np.float64)
-    conc = littles_law_concurrency(qps, request_time_s(np.ones_like(qps)))
+    everyone = np.arange(qps.size)
+
+    def times(conc: np.ndarray, done: np.ndarray) -> np.ndarray:
+        if not active_rows:
+            return request_time_s(conc)
+        idx = everyone[~done]
+        out = np.full(qps.shape, np.nan)
+        out[idx] = request_time_s(conc[idx], idx)
+        return out
+
     done = np.zeros(qps.shape, dtype=bool)
+    conc = littles_law_concurrency(qps, times(np.ones_like(qps), done))
     for _ in range(iters):
-        new = littles_law_concurrency(qps, request_time_s(conc))
-        now = ~done & np.isclose(new, conc, rtol=rtol, atol=1e-9)
+        new = littles_law_concurrency(qps, times(conc, done))
+        with np.errstate(invalid="ignore"):
+            now = ~done & np.isclose(new, conc, rtol=rtol, atol=1e-9)
         conc = np.where(now, new, np.where(done, conc, (1.0 - damping) * conc + damping * new))
         done |= now
         if done.all():

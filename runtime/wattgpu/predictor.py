@@ -56,9 +56,10 @@ class Predictor:
     def _session(self, target: str) -> Any:
         return self.bundle.session(target)
 
-    def _evaluate(self, cols: Columns) -> dict[str, np.ndarray]:
-        """Features → ONNX → physical outputs; the single call site of the models."""
-        return assemble.evaluate(self.bundle, cols)
+    def _evaluate(self, cols: Columns, targets: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        """Features → ONNX → physical outputs (every model, or those of ``targets``); the single call
+        site of the models on the vectorised path."""
+        return assemble.evaluate(self.bundle, cols, targets)
 
     # ---- spec resolution
     def resolve_gpu(self, gpu: Any) -> GpuSpec:
@@ -111,7 +112,7 @@ class Predictor:
         sub = [triples[i] for i in good]
         cols = assemble.take(all_cols, good, len(triples))
         numbers, mix = results.core(self.bundle, self._evaluate, sub, cols)
-        memo: dict[Any, Any] = {}  # per call: domain warnings and workload dicts of repeated specs
+        memo = results.memo_for(self.bundle)  # domain warnings and workload dicts of repeated specs
         for k, i in enumerate(good):
             try:
                 out[i] = results.prediction(self.bundle, k, sub[k], cols, numbers, mix.get(k), memo)

@@ -1,7 +1,8 @@
 """Every number of a prediction, vectorised (``core``), and the per-row results built from it."""
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+import weakref
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -63,21 +64,15 @@ def finish(power: Any, itl: Any, batch: Any, busy: Any, tokens_per_s: Any, tdp: 
 
 
 def prediction(bundle: ModelBundle, i: int, row: Row, cols: F.Columns, numbers: Mapping[str, np.ndarray],
-               mix: dict[str, Any] | None, memo: dict[Any, Any] | None = None) -> Prediction:
+               mix: dict[str, Any] | None, memo: "RowMemo | None" = None) -> Prediction:
     """Row ``i`` of the vectorised core as a Prediction, with its warnings and intervals."""
     gpu, llm, wl = row
     if numbers["not_finite"][i]:
         raise not_finite_error(row)
-    memo = {} if memo is None else memo  # keyed by id(): valid only while the call holds the specs
-    wkey = (id(gpu), id(llm), wl.kind, wl.engine)  # all that domain_warnings reads
-    base = memo.get(wkey)
-    if base is None:
-        base = memo[wkey] = tuple(domain_warnings(bundle.schema.domain, gpu, llm, wl))
-    warnings = list(base)
+    memo = memo_for(bundle) if memo is None else memo
+    warnings = list(memo.domain(bundle, gpu, llm, wl))
     warnings.extend(context_warnings(llm, wl))
-    wl_dict = memo.get(id(wl))
-    if wl_dict is None:
-        wl_dict = memo[id(wl)] = wl.to_dict()
+    wl_dict = memo.spec(wl, _workload_dict)
     warnings.extend(sliding_window_warnings(llm, wl))
     power, itl = float(numbers["power_w"][i]), float(numbers["itl_s"][i])
     batch, tokens_per_s = float(numbers["effective_batch"][i]), float(numbers["throughput_tok_s"][i])
@@ -107,6 +102,59 @@ def prediction(bundle: ModelBundle, i: int, row: Row, cols: F.Columns, numbers: 
         power_intervals=intervals(factors.get("power", ()), power, cap=gpu.tdp_w),
         itl_intervals=intervals(factors.get("itl", ()), itl), baselines=baselines,
         warnings=tuple(warnings))
+
+
+class RowMemo:
+    """What depends only on the spec objects of a row, kept across calls: derived values of one spec
+    (its raw feature columns, a workload's dict) and the domain warnings of a (GPU, LLM, kind, engine).
+
+    Keyed by ``id()`` and holding the objects themselves, so a key can never be reused by another
+    object while it is cached (every hit checks identity); cleared when it grows past ``LIMIT``."""
+
+    LIMIT = 4096
+
+    def __init__(self) -> None:
+        self.specs: dict[tuple[int, Any], tuple[Any, Any]] = {}
+        self.warnings: dict[tuple[int, int, str, str], tuple[Any, Any, tuple[str, ...]]] = {}
+
+    def spec(self, obj: Any, make: Callable[[Any], Any]) -> Any:
+        """``make(obj)``, computed once per object."""
+        key = (id(obj), make)
+        hit = self.specs.get(key)
+        if hit is not None and hit[0] is obj:
+            return hit[1]
+        if len(self.specs) > self.LIMIT:
+            self.specs.clear()
+        value = make(obj)
+        self.specs[key] = (obj, value)
+        return value
+
+    def domain(self, bundle: ModelBundle, gpu: Any, llm: Any, wl: Any) -> tuple[str, ...]:
+        """The domain warnings of a row (they read the specs, the workload kind and engine only)."""
+        key = (id(gpu), id(llm), wl.kind, wl.engine)
+        hit = self.warnings.get(key)
+        if hit is not None and hit[0] is gpu and hit[1] is llm:
+            return hit[2]
+        if len(self.warnings) > self.LIMIT:
+            self.warnings.clear()
+        base = tuple(domain_warnings(bundle.schema.domain, gpu, llm, wl))
+        self.warnings[key] = (gpu, llm, base)
+        return base
+
+
+def _workload_dict(wl: Any) -> dict[str, Any]:
+    return wl.to_dict()  # prediction() copies it into each Prediction
+
+
+_MEMOS: "weakref.WeakKeyDictionary[ModelBundle, RowMemo]" = weakref.WeakKeyDictionary()
+
+
+def memo_for(bundle: ModelBundle) -> RowMemo:
+    """The bundle's RowMemo (its domain warnings depend on the bundle's schema)."""
+    memo = _MEMOS.get(bundle)
+    if memo is None:
+        memo = _MEMOS.setdefault(bundle, RowMemo())
+    return memo
 
 
 def empty_table(n: int) -> dict[str, Any]:

@@ -32,22 +32,33 @@ def server_mix(evaluate: Evaluate, rows: Sequence[Row], learned: bool = False) -
     qps = np.array([w.qps for _, _, w in rows], dtype=np.float64)
     out_tok = np.array([w.output_tokens for _, _, w in rows], dtype=np.float64)
     state: dict[str, Any] = {}
+    # The rows as the models see them (learned: the server workload itself; else a closed loop), built
+    # once; each iteration only sets the concurrency column and re-derives, for every row at once.
+    if learned:
+        seen = rows
+    else:
+        loops: dict[int, Any] = {}  # one closed-loop workload per distinct workload object
+        seen = [(g, m, loops.get(id(w)) or loops.setdefault(id(w), replace(w, kind="closed_loop", qps=None,
+                                                                           concurrency=1.0)))
+                for g, m, w in rows]
+    raw = {k: v for k, v in F.columns(seen).items() if k in F.RAW_KEYS}
 
-    def request_time(conc: np.ndarray) -> np.ndarray:
+    def request_time(conc: np.ndarray, idx: np.ndarray | None = None, targets: tuple[str, ...] = ("itl",)) -> np.ndarray:
+        """Per-request time of rows ``idx`` (all when None) at concurrency ``conc``; the iterations
+        need the ITL model only, the final call (``targets=None``) every model."""
         batch = physics.busy_batch(conc)
-        if learned:
-            wl = [replace(w, concurrency=float(c)) for (_, _, w), c in zip(rows, np.maximum(conc, 1e-3))]
-        else:
-            wl = [replace(w, kind="closed_loop", qps=None, concurrency=float(b)) for (_, _, w), b in zip(rows, batch)]
-        cols = F.columns([(g, m, x) for (g, m, _), x in zip(rows, wl)])
-        step = evaluate(cols)
+        cols = dict(raw) if idx is None or len(idx) == len(rows) else {k: v[idx] for k, v in raw.items()}
+        cols["wl_concurrency"] = np.maximum(conc, 1e-3) if learned else batch
+        F.derive(cols)
+        step = evaluate(cols, targets)
         prefill = physics.compute_latency_s(cols["llm_active_params_b"], cols["gpu_fp16_tflops"]) * cols["wl_input_tokens"]
-        state.update(res=step, batch=cols["eff_batch"] if learned else batch,
-                     request_s=prefill + out_tok * step["itl"])
+        out = out_tok if idx is None else out_tok[idx]
+        state.update(res=step, batch=cols["eff_batch"] if learned else batch, request_s=prefill + out * step["itl"])
         return state["request_s"]
 
-    conc, converged = physics.solve_server_concurrency(qps, request_time, iters=SERVER_FIXED_POINT_ITERS)
-    request_time(conc)  # the predictions at the solved concurrency
+    conc, converged = physics.solve_server_concurrency(qps, request_time, iters=SERVER_FIXED_POINT_ITERS,
+                                                       active_rows=True)
+    request_time(conc, None, None)  # type: ignore[arg-type]  # every model at the solved concurrency
     res, batch = state["res"], state["batch"]
     idle, sources = zip(*(idle_power(g) for g, _, _ in rows))
     busy = physics.busy_fraction(conc)

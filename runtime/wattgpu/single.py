@@ -23,9 +23,9 @@ import numpy as np
 from . import features as F
 from .assemble import Row
 from .bundle import ModelBundle
-from .checks import NO_KV_CACHE, domain_warnings
+from .checks import NO_KV_CACHE
 from .prediction import Prediction
-from .results import finish, prediction
+from .results import RowMemo, finish, memo_for, prediction
 from .targets import inverse
 
 
@@ -61,43 +61,7 @@ class _RowRunner:
         return inverse(self.transform, float(self.y[0, 0]), c)
 
 
-class _Memo:
-    """Per-bundle cache of what depends only on the spec objects of a row (their raw columns, the
-    workload dict, the domain warnings). Keyed by ``id()`` and holding the objects, so a key can never
-    be reused by another object while it is cached; cleared when it grows past ``LIMIT`` entries."""
-
-    LIMIT = 4096
-
-    def __init__(self) -> None:
-        self.specs: dict[tuple[int, Callable[[Any], Any]], tuple[Any, Any]] = {}
-        self.warnings: dict[tuple[int, int, str, str], tuple[Any, Any, tuple[str, ...]]] = {}
-
-    def spec(self, obj: Any, make: Callable[[Any], Any]) -> Any:
-        key = (id(obj), make)
-        hit = self.specs.get(key)
-        if hit is not None and hit[0] is obj:
-            return hit[1]
-        if len(self.specs) > self.LIMIT:
-            self.specs.clear()
-        value = make(obj)
-        self.specs[key] = (obj, value)
-        return value
-
-    def domain(self, bundle: ModelBundle, row: Row) -> tuple[tuple[int, int, str, str], tuple[str, ...]]:
-        g, m, w = row
-        key = (id(g), id(m), w.kind, w.engine)  # all that domain_warnings reads
-        hit = self.warnings.get(key)
-        if hit is not None and hit[0] is g and hit[1] is m:
-            return key, hit[2]
-        if len(self.warnings) > self.LIMIT:
-            self.warnings.clear()
-        base = tuple(domain_warnings(bundle.schema.domain, g, m, w))
-        self.warnings[key] = (g, m, base)
-        return key, base
-
-
 _LOCAL = threading.local()
-_MEMOS: "weakref.WeakKeyDictionary[ModelBundle, _Memo]" = weakref.WeakKeyDictionary()
 
 
 def _runners(bundle: ModelBundle) -> dict[str, _RowRunner]:
@@ -111,19 +75,12 @@ def _runners(bundle: ModelBundle) -> dict[str, _RowRunner]:
     return runners
 
 
-def _memo(bundle: ModelBundle) -> _Memo:
-    memo = _MEMOS.get(bundle)
-    if memo is None:
-        memo = _MEMOS.setdefault(bundle, _Memo())
-    return memo
-
-
 def evaluate_one(bundle: ModelBundle, c: dict[str, float]) -> dict[str, float]:
     """Every model of ``bundle`` on one row of scalar columns, in physical units."""
     return {target: run(c) for target, run in _runners(bundle).items()}
 
 
-def numbers_one(bundle: ModelBundle, row: Row, memo: _Memo | None = None) -> tuple[dict[str, float], dict[str, Any]] | None:
+def numbers_one(bundle: ModelBundle, row: Row, memo: RowMemo | None = None) -> tuple[dict[str, float], dict[str, Any]] | None:
     """(columns, numbers) of one predictable non-server row as floats, or None for the vectorised path."""
     g, llm, wl = row
     if wl.kind == "server" or llm.arch_class in NO_KV_CACHE:
@@ -149,18 +106,11 @@ def numbers_one(bundle: ModelBundle, row: Row, memo: _Memo | None = None) -> tup
 
 def predict_one(bundle: ModelBundle, row: Row) -> Prediction | None:
     """The Prediction of one row on the scalar path, or None when the row needs the vectorised path."""
-    memo = _memo(bundle)
+    memo = memo_for(bundle)
     got = numbers_one(bundle, row, memo)
     if got is None:
         return None
     c, numbers = got
     one: dict[str, Any] = {k: (v,) for k, v in numbers.items()}
     cols = {"fit_batch": (c["fit_batch"],), "roofline_itl_s": (c["roofline_itl_s"],)}
-    wl = row[2]
-    key, base = memo.domain(bundle, row)
-    call_memo = {key: base, id(wl): memo.spec(wl, _workload_dict)}  # what results.prediction memoises per call
-    return prediction(bundle, 0, row, cols, one, None, call_memo)  # type: ignore[arg-type]
-
-
-def _workload_dict(wl: Any) -> dict[str, Any]:
-    return wl.to_dict()  # results.prediction copies it into each Prediction
+    return prediction(bundle, 0, row, cols, one, None, memo)  # type: ignore[arg-type]

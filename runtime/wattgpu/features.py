@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
@@ -91,16 +92,12 @@ def columns(rows: Iterable[tuple[GpuSpec, LlmSpec, Workload]]) -> Columns:
     rows = list(rows)
     out: Columns = {}
     for part, keys, values in ((0, _GPU_KEYS, _gpu_values), (1, _LLM_KEYS, _llm_values), (2, _WL_KEYS, _wl_values)):
+        specs = list(map(itemgetter(part), rows))
+        ids = list(map(id, specs))
         slot: dict[int, int] = {}
-        distinct: list[tuple[float, ...]] = []
-        index = []
-        for r in rows:
-            spec = r[part]
-            k = slot.get(id(spec))
-            if k is None:
-                k = slot[id(spec)] = len(distinct)
-                distinct.append(values(spec))
-            index.append(k)
+        index = [slot.setdefault(i, len(slot)) for i in ids]  # first-seen order
+        by_id = dict(zip(ids, specs))
+        distinct = [values(by_id[i]) for i in slot]
         table = np.array(distinct, dtype=np.float64).reshape(len(distinct), len(keys))
         gathered = table.T[:, np.asarray(index, dtype=np.intp)]  # [keys, rows], each row contiguous
         for j, key in enumerate(keys):

@@ -131,16 +131,17 @@ class Predictor:
         n = len(triples)
         table = results.empty_table(n)
         errors, all_cols = checks.row_errors(triples) if n else ([], {})
-        good = np.array([i for i, e in enumerate(errors) if e is None], dtype=np.intp)
+        clean = errors.count(None) == n
+        good = np.arange(n) if clean else np.array([i for i, e in enumerate(errors) if e is None], dtype=np.intp)
         if good.size:
-            sub = [triples[i] for i in good]
+            sub = triples if clean else [triples[i] for i in good]
             numbers, _ = results.core(self.bundle, self._evaluate, sub, assemble.take(all_cols, good, n))
             bad = numbers["not_finite"]
             for k in TABLE_FIELDS:
                 table[k][good] = np.where(bad, np.nan, numbers[k])
             for j in np.flatnonzero(bad):
                 errors[good[j]] = checks.not_finite_error(triples[good[j]])
-        table["error"] = [None if e is None else str(e) for e in errors]
+        table["error"] = errors if errors.count(None) == n else [None if e is None else str(e) for e in errors]
         return table
 
     def feature_vectors(self, triples: Sequence[Row]) -> dict[str, np.ndarray]:

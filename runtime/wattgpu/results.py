@@ -15,7 +15,9 @@ from .checks import (context_warnings, domain_warnings, intervals, not_finite_er
 from .energy import energy_figures
 from .prediction import Prediction
 from .server import server_mix
+from .workload import KINDS
 
+SERVER_CODE = float(KINDS.index("server"))  # wl_kind_code of a Poisson-server row
 TABLE_FIELDS = ("power_w", "itl_s", "system_s_per_token", "throughput_tok_s", "energy_per_token_j",
                 "energy_per_request_j", "effective_batch", "busy_fraction")
 Core = dict[str, np.ndarray]
@@ -33,7 +35,7 @@ def core(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.C
     batch = cols["eff_batch"].copy()
     busy = np.ones(len(rows))
     tokens_per_s = batch / itl
-    server = np.array([w.kind == "server" for _, _, w in rows])
+    server = cols["wl_kind_code"] == SERVER_CODE
     server_rows = list(np.flatnonzero(server))
     mix: Mix = {}
     if server_rows:

@@ -113,9 +113,12 @@ class Predictor:
         cols = assemble.take(all_cols, good, len(triples))
         numbers, mix = results.core(self.bundle, self._evaluate, sub, cols)
         memo = results.memo_for(self.bundle)  # domain warnings and workload dicts of repeated specs
+        # Python lists: row reads are list indexing, not numpy scalar boxing (same float values)
+        as_lists = {k: v.tolist() for k, v in numbers.items()}
+        row_cols = {k: cols[k].tolist() for k in results.ROW_COLUMNS}
         for k, i in enumerate(good):
             try:
-                out[i] = results.prediction(self.bundle, k, sub[k], cols, numbers, mix.get(k), memo)
+                out[i] = results.prediction(self.bundle, k, sub[k], row_cols, as_lists, mix.get(k), memo)
             except WattGPUError as exc:
                 out[i] = exc
         return out  # type: ignore[return-value]

@@ -17,6 +17,7 @@ from .prediction import Prediction
 from .server import server_mix
 from .workload import KINDS
 
+ROW_COLUMNS = ("fit_batch", "roofline_itl_s")  # the feature columns prediction() reads
 SERVER_CODE = float(KINDS.index("server"))  # wl_kind_code of a Poisson-server row
 TABLE_FIELDS = ("power_w", "itl_s", "system_s_per_token", "throughput_tok_s", "energy_per_token_j",
                 "energy_per_request_j", "effective_batch", "busy_fraction")

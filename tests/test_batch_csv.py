@@ -83,6 +83,10 @@ def test_thousands_of_rows_in_one_vectorised_pass(tmp_path, monkeypatch):
 
     n_ok, n_bad = predict_csv(str(src), str(dst), predictor=Predictor())
     assert (n_ok, n_bad) == (3000, 0)
-    assert calls == [3000]  # one onnxruntime pass for all rows (chunk size 4096)
+    # one onnxruntime pass for all rows (chunk size 4096), plus one capacity pass over the distinct engine
+    # set-ups (GPU × batch cap × prompt length here), GRID_POINTS batch sizes each
+    from wattgpu.capacity import GRID_POINTS
+
+    assert calls[0] == 3000 and len(calls) == 2 and calls[1] <= 3000 * GRID_POINTS
     out = _read(dst)
     assert len(out) == 3000 and all(float(r["power_w"]) > 0 for r in out)

@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from wattgpu import energy, physics
+from wattgpu import energy, memory, physics
 from wattgpu import features as F
 from wattgpu.specs import GpuSpec, default_catalog
 from wattgpu.workload import Workload
@@ -15,7 +15,7 @@ LAYERS, KV_HEADS, HEAD_DIM, PARAMS_B = 32, 8, 128, 8.03
 
 def test_kv_bytes_per_token_llama_8b():
     # K and V (2) × 32 layers × 8 KV heads × 128 dims × 2 bytes = 131 072 bytes = 128 KiB per token
-    assert physics.kv_bytes_per_token(np.array([LAYERS]), KV_HEADS, HEAD_DIM)[0] == 131072
+    assert memory.kv_bytes_per_token(np.array([LAYERS]), KV_HEADS, HEAD_DIM)[0] == 131072
 
 
 def test_weight_bytes_llama_8b():

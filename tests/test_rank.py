@@ -60,7 +60,7 @@ def test_excluded_have_reasons(example):
 def test_to_dict_is_json_and_stable(example):
     d = json.loads(json.dumps(example.to_dict()))
     assert set(d) == {"llm", "workload", "sort", "max_itl_ms", "strict", "sla_basis", "usd_per_kwh", "gco2_per_kwh",
-                      "pue", "best", "candidates", "excluded"}
+                      "pue", "best", "candidates", "excluded", "replicas", "fleet_assumption"}
     c = d["candidates"][0]
     assert c["rank"] == 1 and c["gpu"] == d["best"]
     assert {"power_w", "itl_ms", "itl_sla_ms", "throughput_tok_s", "energy", "power_intervals", "itl_ms_intervals",

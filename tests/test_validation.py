@@ -107,7 +107,7 @@ def test_llm_structural_checks():
     ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization"), ({"num_requests": 0}, "num_requests"),
     ({"num_requests": 1.5}, "num_requests"), ({"num_requests": False}, "num_requests"),
     ({"kind": "server"}, "qps"), ({"kind": "server", "qps": 0}, "qps"), ({"kind": "server", "qps": -1}, "qps"),
-    ({"kind": "server", "qps": math.inf}, "qps"), ({"kind": "server", "qps": 1e308}, "qps"),
+    ({"kind": "server", "qps": math.inf}, "qps"), ({"kind": "server", "qps": math.nan}, "qps"),  # 1e308 is valid: overloaded
     ({"qps": 1.0}, "qps"), ({"kind": "closed_loop"}, "concurrency"),
     ({"kind": "closed_loop", "concurrency": 0}, "concurrency"), ({"concurrency": -3}, "concurrency"),
     ({"concurrency": math.nan}, "concurrency"), ({"concurrency": 1e9}, "concurrency"),

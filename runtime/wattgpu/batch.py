@@ -2,7 +2,7 @@
 
 Input columns: ``llm``, ``gpu`` (required) and optional workload fields ``workload`` (or ``kind``),
 ``max_batch``, ``qps``, ``concurrency``, ``input_tokens``, ``output_tokens``, ``engine``,
-``gpu_memory_utilization``, ``num_requests``; an empty cell takes the default. Unknown columns are
+``gpu_memory_utilization``, ``num_requests``, ``kv_cache_dtype``; an empty cell takes the default. Unknown columns are
 copied through. Output: the input columns, then :data:`OUTPUT_COLUMNS`, then ``error``.
 """
 from __future__ import annotations
@@ -20,7 +20,8 @@ FLOAT_FIELDS = ("qps", "concurrency", "gpu_memory_utilization")
 OUTPUT_COLUMNS = (
     "power_w", "itl_s", "throughput_tok_s", "energy_per_token_j", "energy_per_request_j", "wh_per_request",
     "kwh_per_mtok", "usd_per_mtok", "gco2_per_mtok", "effective_batch", "busy_fraction", "power_method",
-    "idle_power_w", "power_80_low", "power_80_high", "itl_80_low", "itl_80_high", "warnings",
+    "idle_power_w", "power_80_low", "power_80_high", "itl_80_low", "itl_80_high", "max_qps", "utilization",
+    "max_concurrency", "overloaded", "warnings",
 )
 
 
@@ -42,11 +43,11 @@ def row_workload(row: dict[str, str], defaults: Workload) -> Workload:
             kw["qps"] = None
         if kind != "closed_loop":
             kw["concurrency"] = None
-    for name in INT_FIELDS + FLOAT_FIELDS + ("engine",):
+    for name in INT_FIELDS + FLOAT_FIELDS + ("engine", "kv_cache_dtype"):
         text = (row.get(name) or "").strip()
         if not text:
             continue
-        if name == "engine":
+        if name in ("engine", "kv_cache_dtype"):
             kw[name] = text
             continue
         try:
@@ -130,7 +131,8 @@ def _out_fields(p: Any, prices: tuple[float | None, float | None, float]) -> dic
         "idle_power_w": "" if p.idle_power_w is None else p.idle_power_w,
         "power_80_low": iv_p[80].low if 80 in iv_p else "", "power_80_high": iv_p[80].high if 80 in iv_p else "",
         "itl_80_low": iv_i[80].low if 80 in iv_i else "", "itl_80_high": iv_i[80].high if 80 in iv_i else "",
-        "warnings": " | ".join(p.warnings),
+        "max_qps": p.max_qps, "utilization": p.utilization, "max_concurrency": p.max_concurrency,
+        "overloaded": "true" if p.overloaded else "false", "warnings": " | ".join(p.warnings),
     }
 
 

@@ -7,6 +7,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from . import capacity
 from . import features as F
 from . import physics
 from .assemble import Row
@@ -56,7 +57,7 @@ def row_errors(rows: Sequence[Row]) -> tuple[list[WattGPUError | None], F.Column
     cols = F.columns(rows)
     out: list[WattGPUError | None] = [None] * len(rows)
     no_kv = {id(m) for m in {id(r[1]): r[1] for r in rows}.values() if m.arch_class in NO_KV_CACHE}
-    suspects = set(np.flatnonzero(~(cols["fit_batch"] >= 1)).tolist())
+    suspects = set(np.flatnonzero(~(cols["fit_sequences"] >= 1)).tolist())
     if no_kv:
         suspects.update(i for i, r in enumerate(rows) if id(r[1]) in no_kv)
     for i in sorted(suspects):
@@ -70,8 +71,8 @@ def row_error(row: Row, cols: F.Columns, i: int) -> WattGPUError | None:
     if m.arch_class in NO_KV_CACHE:
         return UnsupportedModelError(f"{m.name} is {NO_KV_CACHE[m.arch_class]} without attention or KV cache; "
                                      "WattGPU models attention-based LLMs only")
-    if cols["fit_batch"][i] < 1:
-        one_seq = physics.kv_bytes_per_sequence(cols["kv_per_token"][i], cols["context_tokens"][i])
+    if cols["fit_sequences"][i] < 1:
+        one_seq = cols["kv_per_sequence"][i]
         need = float(physics.memory_needed_bytes(cols["weights_bytes"][i], g.memory_size_gb, one_seq)) / 1e9
         have = g.memory_size_gb * w.gpu_memory_utilization
         err = ModelFitError(f"{m.name} does not fit on {g.name}: needs {need:.1f} GB (weights + activation "
@@ -123,22 +124,27 @@ def context_warnings(llm: LlmSpec, wl: Workload) -> Iterable[str]:
                "is extended (e.g. rope_scaling)")
 
 
-def sliding_window_warnings(llm: LlmSpec, wl: Workload) -> Iterable[str]:
-    if llm.sliding_window and llm.sliding_window < wl.context_tokens:
-        yield (f"{llm.name} has a {llm.sliding_window}-token sliding window; memory fit and batch "
-               "limit assume full-context KV for every layer (conservative)")
-
-
-def server_warnings(gpu: GpuSpec, mix: Mapping[str, Any], fit_batch: float, tokens_per_s: float,
-                    batch: float, itl: float) -> Iterable[str]:
-    """Warnings of a solved Poisson-server row (estimated idle power, no fixed point, overload)."""
+def server_warnings(gpu: GpuSpec, mix: Mapping[str, Any]) -> Iterable[str]:
+    """Warnings of a solved Poisson-server row (estimated idle power, no fixed point); the overload
+    state is reported by :func:`capacity_warnings`."""
     if mix["idle_estimated"]:
         yield (f"idle power of {gpu.name} estimated as {IDLE_FRACTION_OF_TDP:.0%} of TDP "
                "(no measured figure in the catalog)")
     if not mix["converged"]:
-        yield "Little's-law fixed point did not converge: the load is at or beyond capacity"
-    if mix["concurrency"] > fit_batch or tokens_per_s > batch / itl:
-        yield "arrival rate exceeds the predicted capacity: the queue grows without bound"
+        yield "Little's-law fixed point did not converge: the load is close to capacity"
+
+
+def capacity_warnings(gpu: GpuSpec, wl: Workload, overloaded: bool, max_qps: float, fit_batch: int,
+                      max_concurrency: int) -> Iterable[str]:
+    """The overload state, and a closed loop (or fixed concurrency) cut by KV memory."""
+    if overloaded:
+        yield capacity.overload_message(float(wl.qps or 0.0), max_qps)
+    fit = max(fit_batch, 1)
+    if wl.concurrency is not None and wl.concurrency > fit:
+        yield (f"concurrency {wl.concurrency:g} cut to {fit} sequences: the KV cache of more "
+               f"{wl.context_tokens}-token sequences does not fit on {gpu.name}"
+               + ("" if fit_batch == max_concurrency else f" (counting full-context KV in every layer, as the "
+                  f"models were trained; freeing out-of-window blocks would fit {max_concurrency})"))
 
 
 def intervals(factors: tuple[tuple[float, float, float], ...], value: float,

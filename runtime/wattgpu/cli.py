@@ -8,7 +8,7 @@ from typing import Any, Callable
 import click
 
 from .errors import WattGPUError
-from .workload import ENGINES, KINDS, Workload
+from .workload import ENGINES, KINDS, KV_CACHE_DTYPES, Workload
 
 
 def _fail(exc: Exception, code: int = 2) -> None:
@@ -36,8 +36,9 @@ def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def workload_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     opts = [
-        click.option("--workload", "kind", type=click.Choice(KINDS), default="offline", show_default=True,
-                     help="offline: all requests queued; server: Poisson arrivals at --qps; closed_loop: --concurrency clients."),
+        click.option("--workload", "kind", type=click.Choice(KINDS), default=None,
+                     help="offline: all requests queued; server: Poisson arrivals at --qps; closed_loop: --concurrency "
+                          "clients. Default: server when --qps is given, else offline."),
         click.option("--max-batch", type=int, default=256, show_default=True, help="Engine batch cap (vLLM max_num_seqs)."),
         click.option("--qps", type=float, default=None, help="Arrival rate in requests/s (server)."),
         click.option("--concurrency", type=float, default=None, help="Concurrent sequences (closed_loop, or a fixed batch)."),
@@ -45,16 +46,26 @@ def workload_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--output-tokens", type=int, default=256, show_default=True),
         click.option("--engine", default="vllm", show_default=True, help=f"One of {', '.join(ENGINES)}."),
         click.option("--gpu-memory-utilization", type=float, default=0.9, show_default=True),
+        click.option("--kv-cache-dtype", type=click.Choice(KV_CACHE_DTYPES), default="auto", show_default=True,
+                     help="KV-cache element type: auto (16-bit) or fp8 (1 byte)."),
     ]
     for o in reversed(opts):
         fn = o(fn)
     return fn
 
 
-def make_workload(kind: str, max_batch: int, qps: float | None, concurrency: float | None, input_tokens: int,
-                  output_tokens: int, engine: str, gpu_memory_utilization: float) -> Workload:
+def make_workload(kind: str | None, max_batch: int, qps: float | None, concurrency: float | None, input_tokens: int,
+                  output_tokens: int, engine: str, gpu_memory_utilization: float, kv_cache_dtype: str = "auto") -> Workload:
+    if kind is None:
+        kind = "server" if qps is not None else "offline"
     return Workload(kind=kind, max_batch=max_batch, qps=qps, concurrency=concurrency, input_tokens=input_tokens,
-                    output_tokens=output_tokens, engine=engine, gpu_memory_utilization=gpu_memory_utilization)
+                    output_tokens=output_tokens, engine=engine, gpu_memory_utilization=gpu_memory_utilization,
+                    kv_cache_dtype=kv_cache_dtype)
+
+
+def dtype_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--dtype", default="auto", show_default=True,
+                        help="Weight dtype as served: auto (the checkpoint's), bfloat16, float16, fp8, int8, int4.")(fn)
 
 
 def _fmt_interval(intervals: dict[str, list[float]], scale: float, fmt: str) -> str:
@@ -106,6 +117,7 @@ def price_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--llm", default=None, help="Catalog id (see `wattgpu llms`), a config.json, or a model directory.")
 @click.option("--gpu", default=None, help="Catalog name or alias (see `wattgpu gpus`), or a GPU spec JSON file.")
 @workload_options
+@dtype_option
 @price_options
 @click.option("--input", "input_csv", default=None, type=click.Path(dir_okay=False),
               help="CSV of many predictions (columns llm, gpu and optional workload fields); needs --output.")
@@ -115,7 +127,7 @@ def price_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--json", "as_json", is_flag=True, help="Print stable JSON.")
 @guarded
 def predict(llm: str | None, gpu: str | None, as_json: bool, usd_per_kwh: float | None, gco2_per_kwh: float | None,
-            pue: float, input_csv: str | None, output_csv: str | None, on_error: str, **wl: Any) -> None:
+            pue: float, input_csv: str | None, output_csv: str | None, on_error: str, dtype: str, **wl: Any) -> None:
     """Predict power, ITL, throughput and energy for one LLM on one GPU (or many rows with --input)."""
     from .errors import WattGPUError
     from .predictor import default_predictor
@@ -125,6 +137,8 @@ def predict(llm: str | None, gpu: str | None, as_json: bool, usd_per_kwh: float 
             raise WattGPUError("--input and --output go together (CSV in, CSV out)")
         if llm is not None or gpu is not None:
             raise WattGPUError("--input takes llm and gpu from the CSV; drop --llm/--gpu")
+        if dtype.strip().lower() != "auto":
+            raise WattGPUError("--dtype applies to --llm; with --input give each row's checkpoint instead")
         from .batch import predict_csv
 
         n_ok, n_bad = predict_csv(input_csv, output_csv, on_error=on_error, defaults=make_workload(**wl),
@@ -134,7 +148,11 @@ def predict(llm: str | None, gpu: str | None, as_json: bool, usd_per_kwh: float 
         return
     if llm is None or gpu is None:
         raise WattGPUError("give --llm and --gpu (or --input FILE.csv --output FILE.csv)")
-    pred = default_predictor().predict(gpu, llm, make_workload(**wl))
+    from .quant import with_dtype
+
+    predictor = default_predictor()
+    workload = make_workload(**wl)
+    pred = predictor.predict(gpu, with_dtype(predictor.resolve_llm(llm), dtype), workload)
     p = pred.to_dict()
     p["energy"] = pred.energy(usd_per_kwh, gco2_per_kwh, pue)
     if as_json:
@@ -147,6 +165,8 @@ def predict(llm: str | None, gpu: str | None, as_json: bool, usd_per_kwh: float 
         ("mean power", f"{p['power_w']:.0f} W{_fmt_interval(p['power_intervals'], 1, '.0f')}  [{p['power_method']}]"),
         ("ITL (per sequence)", f"{p['itl_s'] * 1e3:.1f} ms/token{_fmt_interval(p['itl_intervals'], 1e3, '.1f')}"),
         ("throughput", f"{p['throughput_tok_s']:.1f} tokens/s"),
+        ("capacity", f"at most {p['max_qps']:.3g} req/s ({p['max_qps'] * p['workload']['output_tokens']:.0f} tokens/s), "
+                     f"utilization {p['utilization']:.0%}, KV cache fits {p['max_concurrency']} sequences"),
         ("energy", f"{e['j_per_token']:.3f} J/token, {e['wh_per_request']:.3f} Wh/request, "
                    f"{e['kwh_per_mtok']:.3f} kWh per million tokens"),
         ("baselines", f"TDP {p['baselines']['tdp_w']:.0f} W, load-scaled TDP {p['baselines']['ls_tdp_w']:.0f} W, "
@@ -162,7 +182,10 @@ def predict(llm: str | None, gpu: str | None, as_json: bool, usd_per_kwh: float 
     for k, v in rows:
         click.echo(f"{k:<{width}}  {v}")
     for w in p["warnings"]:
-        click.echo(f"warning: {w}")
+        if w.startswith("overloaded:"):
+            click.echo(f"{w} (throughput held at capacity)")
+        else:
+            click.echo(f"warning: {w}")
 
 
 @main.command("rank")
@@ -172,19 +195,23 @@ def predict(llm: str | None, gpu: str | None, as_json: bool, usd_per_kwh: float 
 @click.option("--strict", is_flag=True, help="Judge the SLA by the ITL interval's upper bound (95%, else 80%).")
 @click.option("--gpus", default=None, help="Comma-separated GPU names/aliases (default: the whole catalog).")
 @click.option("--sort", type=click.Choice(["energy", "power", "itl"]), default="energy", show_default=True)
+@click.option("--replicas", default=None,
+              help="auto: per GPU type the fewest replicas that carry --qps (total) within the SLA; or a fixed count.")
+@dtype_option
 @price_options
 @click.option("--json", "as_json", is_flag=True, help="Print stable JSON (keys documented in wattgpu.rank).")
 @click.option("--plot", "plot_path", default=None, type=click.Path(dir_okay=False),
               help="Write an SVG of energy per token vs ITL with the SLA line.")
 @guarded
 def rank_cmd(llm: str, max_itl_ms: float | None, strict: bool, gpus: str | None, sort: str, usd_per_kwh: float | None,
-             gco2_per_kwh: float | None, pue: float, as_json: bool, plot_path: str | None, **wl: Any) -> None:
+             gco2_per_kwh: float | None, pue: float, as_json: bool, plot_path: str | None, replicas: str | None,
+             dtype: str, **wl: Any) -> None:
     """Rank GPUs for serving one LLM: candidates by energy per token, excluded GPUs with the reason."""
     from .rank import rank
 
     names = None if gpus is None else [g.strip() for g in gpus.split(",") if g.strip()]
     res = rank(llm, make_workload(**wl), gpus=names, max_itl_ms=max_itl_ms, strict=strict, sort=sort,
-               usd_per_kwh=usd_per_kwh, gco2_per_kwh=gco2_per_kwh, pue=pue)
+               usd_per_kwh=usd_per_kwh, gco2_per_kwh=gco2_per_kwh, pue=pue, replicas=replicas, dtype=dtype)
     if plot_path:
         from .plot import write_svg
 
@@ -205,21 +232,34 @@ def rank_cmd(llm: str, max_itl_ms: float | None, strict: bool, gpus: str | None,
 def _print_rank(res: Any) -> None:
     wl = res.workload
     load = f"server at {wl.qps:g} req/s" if wl.kind == "server" else f"{wl.kind}, batch cap {wl.max_batch}"
+    fleet = res.replicas is not None
+    if fleet:
+        load += f" in total, replicas {res.replicas}"
     sla = "no SLA" if res.max_itl_ms is None else f"SLA ITL ≤ {res.max_itl_ms:g} ms ({res.sla_basis})"
-    click.echo(f"{res.llm} — {load}, {wl.input_tokens}→{wl.output_tokens} tokens, {wl.engine}; {sla}; sorted by {res.sort}")
+    order = "fleet energy" if fleet and res.sort == "energy" else res.sort
+    click.echo(f"{res.llm} — {load}, {wl.input_tokens}→{wl.output_tokens} tokens, {wl.engine}; {sla}; sorted by {order}")
+    if fleet:
+        click.echo("assumption: load split evenly over independent single-GPU replicas (qps / n each); "
+                   "fleet power = n × replica power; J/token and Wh/request are the fleet's")
     priced = res.usd_per_kwh is not None
     carbon = res.gco2_per_kwh is not None
-    head = f"{'#':>3} {'GPU':<44} {'power W':>8} {'ITL ms':>7} {'tok/s':>8} {'J/tok':>8} {'Wh/req':>7} {'kWh/Mtok':>9}"
+    head = f"{'#':>3} {'GPU':<44}"
+    head += f" {'repl':>6} {'fleet W':>9}" if fleet else ""
+    head += f" {'power W':>8} {'ITL ms':>7} {'tok/s':>8} {'max q/s':>8} {'J/tok':>8} {'Wh/req':>7} {'kWh/Mtok':>9}"
     head += f" {'$/Mtok':>8}" if priced else ""
     head += f" {'gCO2/Mtok':>10}" if carbon else ""
     click.echo(head)
     for i, c in enumerate(res.candidates, 1):
         e = c.energy
-        line = (f"{i:>3} {c.gpu[:44]:<44} {c.power_w:>8.1f} {c.itl_s * 1e3:>7.1f} {c.throughput_tok_s:>8.1f} "
-                f"{e['j_per_token']:>8.3f} {e['wh_per_request']:>7.3f} {e['kwh_per_mtok']:>9.3f}")
+        line = f"{i:>3} {c.gpu[:44]:<44}"
+        line += f" {c.replicas:>6} {c.fleet_power_w:>9.0f}" if fleet else ""
+        line += (f" {c.power_w:>8.1f} {c.itl_s * 1e3:>7.1f} {c.throughput_tok_s:>8.1f} {c.max_qps or 0.0:>8.3g}"
+                 f" {e['j_per_token']:>8.3f} {e['wh_per_request']:>7.3f} {e['kwh_per_mtok']:>9.3f}")
         line += f" {e['usd_per_mtok']:>8.4f}" if priced else ""
         line += f" {e['gco2_per_mtok']:>10.1f}" if carbon else ""
         click.echo(line)
+    if fleet and res.candidates:
+        click.echo("(power W, ITL ms, tok/s and max q/s are per replica)")
     if res.excluded:
         click.echo("excluded:")
         for x in res.excluded:

@@ -19,7 +19,7 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from . import ops, physics
+from . import memory, ops, physics
 from .specs import GpuSpec, LlmSpec, MEMORY_TYPES
 from .workload import ENGINES, KINDS, Workload
 
@@ -59,28 +59,28 @@ _WL_FIELDS = ("max_batch", "input_tokens", "output_tokens", "gpu_memory_utilizat
 
 def _gpu_values(g: GpuSpec) -> tuple[float, ...]:
     return (*(float(getattr(g, f)) for f in _GPU_FIELDS), _opt(g.base_clock_mhz), _opt(g.boost_clock_mhz),
-            _opt(g.transistors_million), _code(MEMORY_TYPE_ORDER, g.memory_type))
+            _opt(g.transistors_million), _code(MEMORY_TYPE_ORDER, g.memory_type), _opt(g.fp8_tflops))
 
 
 def _llm_values(m: LlmSpec) -> tuple[float, ...]:
-    return (*(float(getattr(m, f)) for f in _LLM_FIELDS), _code(MODEL_TYPES, m.model_type))
+    return (*(float(getattr(m, f)) for f in _LLM_FIELDS), _code(MODEL_TYPES, m.model_type),
+            float(m.kv_lora_rank), float(m.qk_rope_head_dim), _opt(m.sliding_window), _opt(m.sliding_window_layers),
+            float(m.compute_dtype == "fp8"))
 
 
 def _wl_values(w: Workload) -> tuple[float, ...]:
     return (*(float(getattr(w, f)) for f in _WL_FIELDS), _code(KINDS, w.kind), _code(ENGINES, w.engine),
             _code(SCENARIOS, physics.paper_scenario(w.kind, w.qps)), _opt(w.qps), _opt(w.concurrency),
-            math.inf if w.num_requests is None else float(w.num_requests))
+            math.inf if w.num_requests is None else float(w.num_requests), memory.kv_element_bytes(w.kv_cache_dtype))
 
 
 # Raw column names, in the order the ``_*_values`` functions above return them.
 _GPU_KEYS = (*("gpu_" + f for f in _GPU_FIELDS), "gpu_base_clock_mhz", "gpu_boost_clock_mhz",
-             "gpu_transistors_million", "gpu_memory_type_code")
-_LLM_KEYS = (*("llm_" + f for f in _LLM_FIELDS), "llm_model_type_code")
+             "gpu_transistors_million", "gpu_memory_type_code", "gpu_fp8_tflops")
+_LLM_KEYS = (*("llm_" + f for f in _LLM_FIELDS), "llm_model_type_code", "llm_kv_lora_rank", "llm_qk_rope_head_dim",
+             "llm_sliding_window", "llm_sliding_window_layers", "llm_fp8_compute")
 _WL_KEYS = (*("wl_" + f for f in _WL_FIELDS), "wl_kind_code", "wl_engine_code", "wl_scenario_code", "wl_qps",
-            "wl_concurrency", "wl_num_requests")
-
-
-RAW_KEYS = frozenset(_GPU_KEYS + _LLM_KEYS + _WL_KEYS)  # the columns read from the specs; derive() adds the rest
+            "wl_concurrency", "wl_num_requests", "wl_kv_element_bytes")
 
 
 def columns(rows: Iterable[tuple[GpuSpec, LlmSpec, Workload]]) -> Columns:
@@ -132,21 +132,55 @@ def row_columns(row: tuple[GpuSpec, LlmSpec, Workload],
     return derive(c)  # type: ignore[arg-type,return-value]
 
 
+RAW_KEYS = (*_GPU_KEYS, *_LLM_KEYS, *_WL_KEYS)
+_CLOSED_LOOP_CODES = {"wl_kind_code": _code(KINDS, "closed_loop"), "wl_scenario_code": _code(SCENARIOS, "closed_loop")}
+
+
+def with_concurrency(cols: Columns, index: np.ndarray, concurrency: np.ndarray, closed_loop: bool) -> Columns:
+    """The columns of rows ``index`` at a fixed ``concurrency``, re-derived without building Workloads.
+
+    Equals :func:`columns` of ``replace(w, concurrency=c)`` (and, with ``closed_loop``, also
+    ``kind="closed_loop", qps=None``) for each row: only those raw workload columns change."""
+    idx = np.asarray(index, dtype=np.intp)
+    raw = {k: cols[k][idx] for k in RAW_KEYS}
+    raw["wl_concurrency"] = np.asarray(concurrency, dtype=np.float64)
+    if closed_loop:
+        for k, v in _CLOSED_LOOP_CODES.items():
+            raw[k] = np.full(len(idx), v)
+        raw["wl_qps"] = np.full(len(idx), math.nan)
+    return derive(raw)
+
+
 def derive(c: Columns) -> Columns:
     """Add the physics-derived columns (in place) and return ``c``."""
     c["weights_bytes"] = physics.weight_bytes(c["llm_total_params_b"], c["llm_weight_bytes_per_param"])
     c["active_weights_bytes"] = physics.weight_bytes(c["llm_active_params_b"], c["llm_weight_bytes_per_param"])
-    c["kv_per_token"] = physics.kv_bytes_per_token(c["llm_kv_layers"], c["llm_num_kv_heads"], c["llm_head_dim"])
+    c["kv_per_token"] = memory.kv_bytes_per_token(c["llm_kv_layers"], c["llm_num_kv_heads"], c["llm_head_dim"],
+                                                  c["llm_kv_lora_rank"], c["llm_qk_rope_head_dim"],
+                                                  c["wl_kv_element_bytes"])
     c["context_tokens"] = c["wl_input_tokens"] + c["wl_output_tokens"]
+    c["sliding_fraction"] = memory.sliding_layer_fraction(c["llm_sliding_window"], c["llm_sliding_window_layers"],
+                                                          c["llm_kv_layers"])
+    c["kv_per_sequence"] = physics.kv_bytes_per_sequence(c["kv_per_token"], c["context_tokens"],
+                                                         c["llm_sliding_window"], c["sliding_fraction"])
     c["kv_budget"] = physics.kv_budget_bytes(c["gpu_memory_size_gb"], c["wl_gpu_memory_utilization"], c["weights_bytes"])
+    # Sequences that fit: ``fit_sequences`` with sliding-window layers capped at the window (the memory
+    # check and max_concurrency); ``fit_batch`` counts full-context KV in every layer, the definition the
+    # exported models were trained with (it caps the effective batch, a model input), kept until they
+    # are retrained so the training rows' features do not move.
+    c["fit_sequences"] = physics.max_batch_that_fits(c["kv_budget"], c["kv_per_sequence"], 1.0)
     c["fit_batch"] = physics.max_batch_that_fits(c["kv_budget"], c["kv_per_token"], c["context_tokens"])
+    # Matmul peak: the FP8 tensor rate for FP8 (W8A8) models on GPUs that have one, else the 16-bit rate
+    # (GPUs without FP8 tensor cores dequantise FP8 weights to 16 bits: weight-only).
+    c["compute_tflops"] = ops.where((c["llm_fp8_compute"] > 0) & ops.isfinite(c["gpu_fp8_tflops"]),
+                                   c["gpu_fp8_tflops"], c["gpu_fp16_tflops"])
     c["eff_batch"] = physics.effective_batch(c["wl_max_batch"], c["wl_concurrency"], c["wl_num_requests"], c["fit_batch"])
     c["mean_context"] = c["wl_input_tokens"] + 0.5 * c["wl_output_tokens"]
     c["step_bytes"] = physics.decode_step_bytes(c["active_weights_bytes"], c["weights_bytes"], c["eff_batch"],
                                                 c["kv_per_token"], c["mean_context"], c["llm_num_experts"],
                                                 c["llm_experts_per_tok"])
     c["roofline_itl_s"] = physics.roofline_step_s(c["step_bytes"], c["eff_batch"], c["llm_active_params_b"],
-                                                  c["gpu_memory_bandwidth_gb_s"], c["gpu_fp16_tflops"])
+                                                  c["gpu_memory_bandwidth_gb_s"], c["compute_tflops"])
     c["roofline_duty"] = physics.roofline_duty(c["roofline_itl_s"], c["llm_num_layers"],
                                                _layer_overhead_s(c["wl_engine_code"]))
     c["duty_power_w"] = physics.duty_power_w(c["gpu_tdp_w"], c["roofline_duty"])

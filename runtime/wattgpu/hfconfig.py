@@ -15,6 +15,7 @@ from typing import Any, Mapping
 
 from .errors import SpecValidationError
 from .safeio import read_json_file, resolve_json_path
+from .quant import Quantisation, parse_quantization
 from .specs import LLM_RANGES, LlmSpec, check_number
 
 _MISSING = object()
@@ -175,8 +176,8 @@ def _unwrap(config: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
     return dict(config), None
 
 
-def _precision(r: _Reader) -> tuple[str, float, bool]:
-    """(precision, weight bytes per parameter, quantized) from torch_dtype and quantization_config."""
+def _precision(r: _Reader) -> Quantisation:
+    """Weight dtype, bytes per parameter and matmul dtype from torch_dtype and quantization_config."""
     dtype = r.str_("torch_dtype", ("torch_dtype", "dtype"), "").strip().lower().replace("torch.", "")
     if dtype in ("", "auto"):
         precision, nbytes = "bfloat16", 2.0
@@ -186,25 +187,23 @@ def _precision(r: _Reader) -> tuple[str, float, bool]:
             precision, nbytes = "float16", 2.0
     else:
         raise SpecValidationError(r.entity, "torch_dtype", dtype, f"one of {', '.join(sorted(_DTYPE_BYTES))}")
-    q = r.cfg.get("quantization_config")
-    if q is None:
-        return precision, nbytes, False
-    if not isinstance(q, Mapping):
-        raise SpecValidationError(r.entity, "quantization_config", q, "a JSON object (or no key at all)")
-    method = str(q.get("quant_method", "")).lower()
-    text = " ".join(str(q.get(k, "")) for k in ("fmt", "weight_dtype", "quant_type", "bnb_4bit_quant_type")).lower()
-    bits = q.get("bits", q.get("w_bit", q.get("num_bits")))
-    if "mxfp4" in method or "mxfp4" in text or "nvfp4" in method:
-        return "mxfp4" if "mxfp4" in method + text else "nvfp4", 0.55, True
-    if "fp8" in method or "float8" in text or "e4m3" in text or "e5m2" in text:
-        return "fp8", 1.0, True
-    if q.get("load_in_4bit") is True or bits == 4 or "4bit" in text:
-        return "int4", 0.55, True
-    if q.get("load_in_8bit") is True or bits == 8 or "int8" in method + text:
-        return "int8", 1.0, True
-    if bits in (2, 3):
-        return f"int{bits}", (bits + 0.4) / 8, True
-    return method or "quantized", nbytes, True
+    return parse_quantization(r.cfg.get("quantization_config"), precision, nbytes, r.entity)
+
+
+def _sliding_layers(family: str, cfg: Mapping[str, Any], kv_layers: int) -> int | None:
+    """How many KV layers use the sliding window (None = every layer, Mistral style)."""
+    types = cfg.get("layer_types")
+    if isinstance(types, list) and types and all(isinstance(t, str) for t in types):
+        return min(sum(1 for t in types if "sliding" in t), kv_layers)
+    if family == "gemma2":  # even-indexed layers slide, odd ones are global
+        return (kv_layers + 1) // 2
+    if family in ("gemma3", "gemma3_text", "cohere2"):  # one global layer in every `pattern` layers
+        pattern = cfg.get("sliding_window_pattern", 6 if family.startswith("gemma3") else 4)
+        if isinstance(pattern, int) and not isinstance(pattern, bool) and pattern >= 1:
+            return kv_layers - kv_layers // pattern
+    if family == "gpt_oss":
+        return (kv_layers + 1) // 2
+    return None
 
 
 def _moe_layer(i: int, family: str, r: _Reader) -> bool:
@@ -437,12 +436,18 @@ def llm_from_hf_config(config: Mapping[str, Any], name: str, source: str = "user
     else:
         total, active = _decoder_params(family, r, g)
 
-    precision, nbytes, quantized = _precision(r)
+    quant = _precision(r)
     sliding: int | None = None
     if r.cfg.get("use_sliding_window") is not False:
         sw = r.int_("sliding_window", ("sliding_window", "sliding_window_size"), 0,
                     lo=0, hi=1e9, unit="tokens")
         sliding = sw or None
+    n_kv_layers = kv_layers or layers
+    sliding_layers = _sliding_layers(family, cfg, n_kv_layers) if sliding else None
+    mla_rank = mla_rope = 0
+    if cfg.get("kv_lora_rank") is not None:  # DeepSeek MLA: the cache holds the latent + the RoPE key
+        mla_rank = r.int_("kv_lora_rank", ("kv_lora_rank",), lo=1, hi=100_000, unit="dimensions")
+        mla_rope = r.int_("qk_rope_head_dim", ("qk_rope_head_dim",), 0, lo=0, hi=100_000, unit="dimensions")
     max_pos: int | None = positions or None
     if is_t5 or family == "bloom":
         max_pos = None  # relative positions / ALiBi: n_positions is not a length limit
@@ -453,8 +458,9 @@ def llm_from_hf_config(config: Mapping[str, Any], name: str, source: str = "user
             intermediate_size=inter, head_dim=hd, vocab_size=vocab, model_type=str(model_type),
             arch_class=_arch_class(family, cfg, experts > 1), max_position_embeddings=max_pos,
             tie_word_embeddings=tied, num_experts=experts, experts_per_tok=top_k if experts > 1 else 0,
-            sliding_window=sliding, weight_bytes_per_param=nbytes, precision=precision, quantized=quantized,
-            kv_layers=kv_layers, source=source, confidence="user",
+            sliding_window=sliding, weight_bytes_per_param=quant.weight_bytes_per_param, precision=quant.precision,
+            quantized=quant.quantized, compute_dtype=quant.compute_dtype, kv_layers=kv_layers, source=source,
+            confidence="user", kv_lora_rank=mla_rank, qk_rope_head_dim=mla_rope, sliding_window_layers=sliding_layers,
         )
     except SpecValidationError:
         raise

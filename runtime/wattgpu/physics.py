@@ -12,7 +12,6 @@ import numpy as np
 
 from . import ops
 
-KV_BYTES_PER_ELEMENT = 2.0  # fp16/bf16 KV cache (vLLM default "auto" for 16-bit models)
 ACTIVATION_RESERVE_FRACTION = 0.05  # of GPU memory kept for activations/CUDA graphs beyond weights + KV
 # Load-scaled TDP baseline factors (paper): offline 0.9, server low 0.2, server high 0.6.
 LS_TDP_RHO = {"offline": 0.9, "server_low": 0.2, "server_high": 0.6, "closed_loop": 0.6}
@@ -22,11 +21,6 @@ SERVER_LOW_QPS_MAX = 0.2  # the paper's split between server_low (0.017 qps) and
 def weight_bytes(total_params_b: np.ndarray, bytes_per_param: np.ndarray) -> np.ndarray:
     """Bytes of model weights resident on the GPU."""
     return ops.asarray(total_params_b) * 1e9 * bytes_per_param
-
-
-def kv_bytes_per_token(kv_layers: np.ndarray, num_kv_heads: np.ndarray, head_dim: np.ndarray) -> np.ndarray:
-    """KV-cache bytes one token occupies: K and V, every attention layer, GQA-aware (KV heads)."""
-    return 2.0 * ops.asarray(kv_layers) * num_kv_heads * head_dim * KV_BYTES_PER_ELEMENT
 
 
 def kv_budget_bytes(memory_gb: np.ndarray, mem_util: np.ndarray, weights: np.ndarray) -> np.ndarray:

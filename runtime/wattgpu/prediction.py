@@ -23,6 +23,10 @@ class Prediction:
     - ``energy_per_token_j`` = ``power_w`` × ``system_s_per_token``.
     - ``idle_power_w`` / ``idle_power_source``: for server workloads mixed from idle and busy power,
       the idle figure used and whether it was measured (with its source) or estimated.
+    - ``max_qps``: the largest Poisson request rate the GPU sustains (batch cap and KV memory; see
+      :mod:`wattgpu.capacity`); ``utilization`` = offered load ÷ ``max_qps`` (1 offline);
+      ``max_concurrency``: full-context sequences whose KV cache fits; ``overloaded``: a server load
+      beyond capacity (throughput then stays at ``max_qps × output_tokens``).
     """
 
     llm: str
@@ -43,6 +47,10 @@ class Prediction:
     itl_intervals: tuple[Interval, ...] = ()
     baselines: dict[str, float] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    max_qps: float | None = None
+    utilization: float | None = None
+    max_concurrency: int | None = None
+    overloaded: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (stable keys)."""

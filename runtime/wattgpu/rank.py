@@ -13,9 +13,13 @@ hold the model or miss the SLA are listed separately with the reason.
   ``busy_fraction``, ``energy`` (``j_per_token``, ``j_per_request``, ``wh_per_request``,
   ``kwh_per_mtok``, ``usd_per_mtok``, ``gco2_per_mtok``, ``pue``), ``power_intervals`` and
   ``itl_ms_intervals`` ({"80": [low, high], "95": [...]}), ``baselines``, ``power_method``,
-  ``idle_power_w``, ``idle_power_source``, ``warnings``;
-- ``excluded``: list of ``gpu``, ``reason_kind`` (``does_not_fit`` | ``misses_sla`` | ``unsupported`` |
-  ``error``), ``reason`` (one line) and ``prediction`` (the entry as above for SLA misses, else null).
+  ``idle_power_w``, ``idle_power_source``, ``warnings``, ``max_qps``, ``utilization``,
+  ``max_concurrency``, ``replicas``, ``qps_per_replica``, ``fleet_power_w``;
+- ``excluded``: list of ``gpu``, ``reason_kind`` (``does_not_fit`` | ``misses_sla`` | ``overloaded`` |
+  ``unsupported`` | ``error``), ``reason`` (one line) and ``prediction`` (the entry as above when one
+  could be made, else null);
+- ``replicas`` (``null``, ``"auto"`` or the fixed count asked for) and ``fleet_assumption`` (the
+  even-split assumption, null without replicas).
 """
 from __future__ import annotations
 
@@ -24,13 +28,16 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Iterable, Mapping, Sequence
 
+from . import capacity, fleet
 from .errors import ModelFitError, UnsupportedModelError, WattGPUError
 from .energy import check_prices
+from .fleet import EVEN_SPLIT, check_replicas
+from .quant import with_dtype
 from .prediction import Prediction
 from .workload import Workload
 
 SORT_KEYS = ("energy", "power", "itl")
-_EXCLUDE_ORDER = {"misses_sla": 0, "does_not_fit": 1, "unsupported": 2, "error": 3}
+_EXCLUDE_ORDER = {"overloaded": 0, "misses_sla": 0, "does_not_fit": 1, "unsupported": 2, "error": 3}
 
 
 @dataclass(frozen=True)
@@ -52,10 +59,20 @@ class RankEntry:
     itl_intervals: Mapping[str, tuple[float, float]]
     baselines: Mapping[str, float]
     warnings: tuple[str, ...]
+    max_qps: float | None = None
+    utilization: float | None = None
+    max_concurrency: int | None = None
+    replicas: int = 1
+    qps_per_replica: float | None = None
 
     @property
     def j_per_token(self) -> float:
         return float(self.energy["j_per_token"])
+
+    @property
+    def fleet_power_w(self) -> float:
+        """Mean power of all replicas together (W)."""
+        return self.replicas * self.power_w
 
     def to_dict(self, rank: int | None = None) -> dict[str, Any]:
         out: dict[str, Any] = {} if rank is None else {"rank": rank}
@@ -67,6 +84,8 @@ class RankEntry:
             "power_intervals": {k: list(v) for k, v in self.power_intervals.items()},
             "itl_ms_intervals": {k: [v[0] * 1e3, v[1] * 1e3] for k, v in self.itl_intervals.items()},
             "baselines": dict(self.baselines), "warnings": list(self.warnings),
+            "max_qps": self.max_qps, "utilization": self.utilization, "max_concurrency": self.max_concurrency,
+            "replicas": self.replicas, "qps_per_replica": self.qps_per_replica, "fleet_power_w": self.fleet_power_w,
         })
         return out
 
@@ -100,6 +119,7 @@ class RankResult:
     pue: float
     candidates: tuple[RankEntry, ...] = ()
     excluded: tuple[Excluded, ...] = field(default_factory=tuple)
+    replicas: int | str | None = None
 
     @property
     def best(self) -> RankEntry | None:
@@ -113,6 +133,7 @@ class RankResult:
             "best": self.best.gpu if self.best else None,
             "candidates": [c.to_dict(rank=i + 1) for i, c in enumerate(self.candidates)],
             "excluded": [e.to_dict() for e in self.excluded],
+            "replicas": self.replicas, "fleet_assumption": None if self.replicas is None else EVEN_SPLIT,
         }
 
 
@@ -127,7 +148,8 @@ def sla_itl(p: Prediction, strict: bool) -> tuple[float, str]:
     return p.itl_s, "point prediction"
 
 
-def _entry(p: Prediction, strict: bool, prices: tuple[float | None, float | None, float]) -> RankEntry:
+def _entry(p: Prediction, strict: bool, prices: tuple[float | None, float | None, float],
+           replicas: int = 1) -> RankEntry:
     itl_sla, _ = sla_itl(p, strict)
     return RankEntry(
         gpu=p.gpu, power_w=p.power_w, itl_s=p.itl_s, itl_sla_s=itl_sla, throughput_tok_s=p.throughput_tok_s,
@@ -135,7 +157,8 @@ def _entry(p: Prediction, strict: bool, prices: tuple[float | None, float | None
         power_method=p.power_method, idle_power_w=p.idle_power_w, idle_power_source=p.idle_power_source,
         power_intervals={_level_key(i.level): (i.low, i.high) for i in p.power_intervals},
         itl_intervals={_level_key(i.level): (i.low, i.high) for i in p.itl_intervals},
-        baselines=dict(p.baselines), warnings=p.warnings)
+        baselines=dict(p.baselines), warnings=p.warnings, max_qps=p.max_qps, utilization=p.utilization,
+        max_concurrency=p.max_concurrency, replicas=replicas, qps_per_replica=p.workload.get("qps"))
 
 
 @lru_cache(maxsize=64)
@@ -147,6 +170,8 @@ def _level_key(level: float) -> str:
 def _sort_key(sort: str):
     if sort == "energy":
         return lambda e: (e.j_per_token, e.gpu)
+    if sort == "fleet":
+        return lambda e: (e.fleet_power_w, e.j_per_token, e.gpu)
     if sort == "power":
         return lambda e: (e.power_w, e.gpu)
     return lambda e: (e.itl_s, e.gpu)
@@ -154,13 +179,20 @@ def _sort_key(sort: str):
 
 def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None = None,
          max_itl_ms: float | None = None, strict: bool = False, sort: str = "energy", predictor: Any = None,
-         usd_per_kwh: float | None = None, gco2_per_kwh: float | None = None, pue: float = 1.0) -> RankResult:
+         usd_per_kwh: float | None = None, gco2_per_kwh: float | None = None, pue: float = 1.0,
+         replicas: int | str | None = None, dtype: str | None = None) -> RankResult:
     """Rank ``gpus`` (default: the whole catalog) for serving ``llm`` under ``workload``.
 
     GPUs that cannot hold the model, or whose ITL exceeds ``max_itl_ms`` (the interval's upper bound
     with ``strict``), are excluded with a one-line reason; the rest are sorted by ``sort``: energy per
     token (default), mean power, or ITL. ``usd_per_kwh``/``gco2_per_kwh`` with ``pue`` add $ and gCO2e
     per million tokens.
+
+    A server load beyond a GPU's capacity excludes it as ``overloaded``. With ``replicas`` (``"auto"`` or
+    a count) and a server workload, ``workload.qps`` is the fleet's total rate: each GPU type gets the
+    smallest number of independent replicas (or the fixed count) that carries it within the SLA, and
+    candidates are ranked by fleet energy (fleet power at that rate; see :mod:`wattgpu.fleet`).
+    ``dtype`` overrides the checkpoint's weight dtype (see :func:`wattgpu.quant.with_dtype`).
     """
     from .predictor import default_predictor
 
@@ -172,12 +204,17 @@ def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None 
     check_prices(usd_per_kwh, gco2_per_kwh, pue)
     pred = predictor or default_predictor()
     wl = workload or Workload()
-    spec = pred.resolve_llm(llm)
+    spec = with_dtype(pred.resolve_llm(llm), dtype)
+    replicas = check_replicas(replicas)
+    if replicas is not None and wl.kind != "server":
+        raise WattGPUError(f"replicas = {replicas!r} needs a server workload with a total rate (--qps N)")
     gpu_specs = list(pred.catalog.gpus) if gpus is None else _unique([pred.resolve_gpu(g) for g in gpus])
     if not gpu_specs:
         raise WattGPUError("gpus: the list is empty; name at least one GPU or leave it out for the whole catalog")
-    results = pred.predict_specs_safe([(g, spec, wl) for g in gpu_specs])
     prices = (usd_per_kwh, gco2_per_kwh, pue)
+    if replicas is not None:
+        return _rank_fleet(pred, spec, gpu_specs, wl, replicas, max_itl_ms, strict, sort, prices)
+    results = pred.predict_specs_safe([(g, spec, wl) for g in gpu_specs])
     candidates: list[RankEntry] = []
     excluded: list[tuple[tuple[int, float, str], Excluded]] = []
     basis = "point prediction"
@@ -189,6 +226,10 @@ def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None 
         entry = _entry(r, strict, prices)
         _, basis_r = sla_itl(r, strict)
         basis = basis_r if strict else basis
+        if r.overloaded:
+            reason = capacity.overload_message(float(wl.qps or 0.0), float(r.max_qps or 0.0))
+            excluded.append(((0, -float(r.max_qps or 0.0), g.name), Excluded(g.name, "overloaded", reason, entry)))
+            continue
         if max_itl_ms is not None and entry.itl_sla_s * 1e3 > max_itl_ms:
             what = "predicted ITL" if not strict else f"ITL ({basis_r})"
             reason = f"misses SLA: {what} {entry.itl_sla_s * 1e3:.1f} ms > {max_itl_ms:g} ms"
@@ -200,6 +241,43 @@ def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None 
     return RankResult(llm=spec.name, workload=wl, sort=sort, max_itl_ms=None if max_itl_ms is None else float(max_itl_ms),
                       strict=strict, sla_basis=basis, usd_per_kwh=usd_per_kwh, gco2_per_kwh=gco2_per_kwh, pue=pue,
                       candidates=tuple(candidates), excluded=tuple(e for _, e in excluded))
+
+
+def _itl_scale(pred: Any, strict: bool) -> tuple[float, str]:
+    """The factor the SLA check applies to the point ITL (the interval's upper factor with ``strict``)."""
+    if strict:
+        for level in (0.95, 0.8):
+            for lv, _, hi in pred.bundle.interval_factors.get("itl", ()):
+                if math.isclose(lv, level):
+                    return hi, f"upper bound of the {int(round(level * 100))}% interval"
+    return 1.0, "point prediction"
+
+
+def _rank_fleet(pred: Any, spec: Any, gpu_specs: Sequence[Any], wl: Workload, replicas: int | str,
+                max_itl_ms: float | None, strict: bool, sort: str,
+                prices: tuple[float | None, float | None, float]) -> RankResult:
+    """Rank GPU types by the fleet of replicas that carries ``wl.qps`` (see :mod:`wattgpu.fleet`)."""
+    scale, basis = _itl_scale(pred, strict)
+    planned = fleet.plan(pred, spec, gpu_specs, wl, replicas, None if max_itl_ms is None else max_itl_ms / 1e3, scale)
+    candidates: list[RankEntry] = []
+    excluded: list[tuple[tuple[int, float, str], Excluded]] = []
+    for g, (n, r, why) in zip(gpu_specs, planned):
+        if isinstance(r, WattGPUError):
+            kind, reason = _reason(r)
+            excluded.append(((_EXCLUDE_ORDER[kind], 0.0, g.name), Excluded(g.name, kind, reason)))
+            continue
+        entry = _entry(r, strict, prices, replicas=n)
+        if why is not None:
+            kind = "overloaded" if why.startswith("overloaded") else "misses_sla"
+            reason = why if replicas == "auto" else f"{n} replicas: {why}"
+            excluded.append(((0, entry.itl_sla_s, g.name), Excluded(g.name, kind, reason, entry)))
+            continue
+        candidates.append(entry)
+    candidates.sort(key=_sort_key("fleet" if sort == "energy" else sort))
+    excluded.sort(key=lambda t: t[0])
+    return RankResult(llm=spec.name, workload=wl, sort=sort, max_itl_ms=None if max_itl_ms is None else float(max_itl_ms),
+                      strict=strict, sla_basis=basis, usd_per_kwh=prices[0], gco2_per_kwh=prices[1], pue=prices[2],
+                      candidates=tuple(candidates), excluded=tuple(e for _, e in excluded), replicas=replicas)
 
 
 def _reason(err: WattGPUError) -> tuple[str, str]:

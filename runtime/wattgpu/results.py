@@ -6,21 +6,24 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from . import capacity
 from . import features as F
 from . import ops, physics
 from .assemble import Evaluate, Row
 from .bundle import ModelBundle
-from .checks import (context_warnings, domain_warnings, intervals, not_finite_error, server_warnings,
-                     sliding_window_warnings)
+from .checks import capacity_warnings, context_warnings, domain_warnings, intervals, not_finite_error, server_warnings
 from .energy import energy_figures
+from .flags import model_flags
 from .prediction import Prediction
 from .server import server_mix
 from .workload import KINDS
 
 ROW_COLUMNS = ("fit_batch", "roofline_itl_s")  # the feature columns prediction() reads
 SERVER_CODE = float(KINDS.index("server"))  # wl_kind_code of a Poisson-server row
+OFFLINE_CODE = float(KINDS.index("offline"))
 TABLE_FIELDS = ("power_w", "itl_s", "system_s_per_token", "throughput_tok_s", "energy_per_token_j",
-                "energy_per_request_j", "effective_batch", "busy_fraction")
+                "energy_per_request_j", "effective_batch", "busy_fraction", "max_qps", "utilization",
+                "max_concurrency")
 Core = dict[str, np.ndarray]
 Mix = dict[int, dict[str, Any]]
 
@@ -38,16 +41,22 @@ def core(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.C
     tokens_per_s = batch / itl
     server = cols["wl_kind_code"] == SERVER_CODE
     server_rows = list(np.flatnonzero(server))
+    cap = capacity.capacity_table(evaluate, rows, cols, learned=server_learned)
     mix: Mix = {}
     if server_rows:
-        mixed = server_mix(evaluate, [rows[k] for k in server_rows], learned=server_learned)
+        mixed = server_mix(evaluate, [rows[k] for k in server_rows], {k: v[server_rows] for k, v in cols.items()},
+                           learned=server_learned,
+                           cap=cap["limit"][server_rows], capacity={k: v[server_rows] for k, v in cap.items()})
         mix = {int(k): mixed[j] for j, k in enumerate(server_rows)}
         for k, m in mix.items():
             power[k], itl[k], busy[k], batch[k] = m["power"], m["itl"], m["busy"], m["batch"]
-            tokens_per_s[k] = rows[k][2].qps * rows[k][2].output_tokens  # type: ignore[operator]
+            tokens_per_s[k] = min(rows[k][2].qps, m["max_qps"]) * rows[k][2].output_tokens  # type: ignore[type-var]
     with np.errstate(divide="ignore", invalid="ignore"):
+        util = utilization(cols, cap["max_qps"], itl, batch)
         numbers = finish(power, itl, batch, busy, tokens_per_s, cols["gpu_tdp_w"], cols["wl_output_tokens"],
                          server & server_learned)
+    numbers.update(max_qps=cap["max_qps"], utilization=util, max_concurrency=cap["max_concurrency"],
+                   overloaded=(util > 1.0 + 1e-9) & server)
     return numbers, mix
 
 
@@ -66,6 +75,16 @@ def finish(power: Any, itl: Any, batch: Any, busy: Any, tokens_per_s: Any, tdp: 
             "not_finite": not_finite, "server_learned": server_learned}
 
 
+def utilization(cols: F.Columns, max_qps: Any, itl: Any, batch: Any) -> Any:
+    """Offered load ÷ capacity: server qps / max_qps; offline 1 (saturated by definition); closed loop the
+    request rate its clients generate (batch / request time, Little's law) / max_qps. Arrays or one
+    row of floats (the scalar path)."""
+    kind = cols["wl_kind_code"]
+    loop = batch / (capacity.prefill_s(cols) + cols["wl_output_tokens"] * itl)
+    offered = ops.where(kind == SERVER_CODE, cols["wl_qps"], loop)
+    return ops.where(kind == OFFLINE_CODE, 1.0, offered / max_qps)
+
+
 def prediction(bundle: ModelBundle, i: int, row: Row, cols: F.Columns, numbers: Mapping[str, np.ndarray],
                mix: dict[str, Any] | None, memo: "RowMemo | None" = None) -> Prediction:
     """Row ``i`` of the vectorised core as a Prediction, with its warnings and intervals."""
@@ -76,7 +95,9 @@ def prediction(bundle: ModelBundle, i: int, row: Row, cols: F.Columns, numbers: 
     warnings = list(memo.domain(bundle, gpu, llm, wl))
     warnings.extend(context_warnings(llm, wl))
     wl_dict = memo.spec(wl, _workload_dict)
-    warnings.extend(sliding_window_warnings(llm, wl))
+    max_qps, overloaded = float(numbers["max_qps"][i]), bool(numbers["overloaded"][i])
+    max_conc = int(numbers["max_concurrency"][i])
+    warnings.extend(capacity_warnings(gpu, wl, overloaded, max_qps, int(cols["fit_batch"][i]), max_conc))
     power, itl = float(numbers["power_w"][i]), float(numbers["itl_s"][i])
     batch, tokens_per_s = float(numbers["effective_batch"][i]), float(numbers["throughput_tok_s"][i])
     idle_w: float | None = None
@@ -85,7 +106,7 @@ def prediction(bundle: ModelBundle, i: int, row: Row, cols: F.Columns, numbers: 
         idle_w, idle_src = mix["idle_w"], mix["idle_source"]
         method = ("learned (server rows in training)" if mix["learned"]
                   else "server mix: idle + busy fraction × (learned busy power − idle)")
-        warnings.extend(server_warnings(gpu, mix, float(cols["fit_batch"][i]), tokens_per_s, batch, itl))
+        warnings.extend(server_warnings(gpu, mix))
     else:
         method = "learned (server rows in training)" if numbers["server_learned"][i] else "learned"
     raw = float(numbers["raw_power_w"][i])
@@ -104,7 +125,8 @@ def prediction(bundle: ModelBundle, i: int, row: Row, cols: F.Columns, numbers: 
         idle_power_source=idle_src,
         power_intervals=intervals(factors.get("power", ()), power, cap=gpu.tdp_w),
         itl_intervals=intervals(factors.get("itl", ()), itl), baselines=baselines,
-        warnings=tuple(warnings))
+        warnings=tuple(warnings), max_qps=max_qps, utilization=float(numbers["utilization"][i]),
+        max_concurrency=max_conc, overloaded=overloaded)
 
 
 class RowMemo:
@@ -118,7 +140,7 @@ class RowMemo:
 
     def __init__(self) -> None:
         self.specs: dict[tuple[int, Any], tuple[Any, Any]] = {}
-        self.warnings: dict[tuple[int, int, str, str], tuple[Any, Any, tuple[str, ...]]] = {}
+        self.warnings: dict[tuple[int, int, str, str, int], tuple[Any, Any, tuple[str, ...]]] = {}
 
     def spec(self, obj: Any, make: Callable[[Any], Any]) -> Any:
         """``make(obj)``, computed once per object."""
@@ -133,16 +155,31 @@ class RowMemo:
         return value
 
     def domain(self, bundle: ModelBundle, gpu: Any, llm: Any, wl: Any) -> tuple[str, ...]:
-        """The domain warnings of a row (they read the specs, the workload kind and engine only)."""
-        key = (id(gpu), id(llm), wl.kind, wl.engine)
+        """The domain warnings and model flags of a row (they read the specs, the workload kind,
+        engine and context length only)."""
+        key = (id(gpu), id(llm), wl.kind, wl.engine, wl.context_tokens)
         hit = self.warnings.get(key)
         if hit is not None and hit[0] is gpu and hit[1] is llm:
             return hit[2]
         if len(self.warnings) > self.LIMIT:
             self.warnings.clear()
-        base = tuple(domain_warnings(bundle.schema.domain, gpu, llm, wl))
+        base = (*domain_warnings(bundle.schema.domain, gpu, llm, wl), *model_flags(llm, gpu, wl.context_tokens))
         self.warnings[key] = (gpu, llm, base)
         return base
+
+
+    def capacity(self, row: Row, learned: bool, compute: Callable[[], float]) -> float:
+        """``max_qps`` of a row, computed once per (GPU, LLM, engine set-up): what
+        :func:`capacity.capacity_table` keys a capacity on."""
+        key = ("capacity", learned, capacity._key(row, learned))
+        hit = self.specs.get(key)  # type: ignore[call-overload]
+        if hit is not None and hit[0] is row[0] and hit[1] is row[1]:
+            return hit[2]
+        if len(self.specs) > self.LIMIT:
+            self.specs.clear()
+        value = compute()
+        self.specs[key] = (row[0], row[1], value)  # type: ignore[index]
+        return value
 
 
 def _workload_dict(wl: Any) -> dict[str, Any]:

@@ -20,12 +20,13 @@ from typing import Any, Callable
 
 import numpy as np
 
+from . import assemble, capacity, ops
 from . import features as F
 from .assemble import Row
 from .bundle import ModelBundle
 from .checks import NO_KV_CACHE
 from .prediction import Prediction
-from .results import RowMemo, finish, memo_for, prediction
+from .results import RowMemo, finish, memo_for, prediction, utilization
 from .targets import inverse
 
 
@@ -91,17 +92,31 @@ def numbers_one(bundle: ModelBundle, row: Row, memo: RowMemo | None = None) -> t
         else:
             c = F.row_columns(row, (memo.spec(g, F.gpu_columns), memo.spec(llm, F.llm_columns),
                                     memo.spec(wl, F.workload_columns)))
-        if not c["fit_batch"] >= 1:
+        if not c["fit_sequences"] >= 1:
             return None
         out = evaluate_one(bundle, c)
         power, itl = out["power"], out["itl"]
         batch = c["eff_batch"]
         numbers = finish(power, itl, batch, 1.0, batch / itl, c["gpu_tdp_w"], c["wl_output_tokens"], False)
+        if numbers["not_finite"]:
+            return None
+        learned = "server" in bundle.schema.domain.get("kinds", ())
+        max_qps = (memo or RowMemo()).capacity(row, learned, lambda: _max_qps(bundle, row, c, learned))
+        util = utilization(c, max_qps, itl, batch)  # type: ignore[arg-type]
     except ArithmeticError:  # ZeroDivisionError, OverflowError: numpy would give inf/NaN
         return None
-    if numbers["not_finite"]:
-        return None
+    numbers.update(max_qps=max_qps, utilization=util, max_concurrency=ops.maximum(c["fit_sequences"], 0.0),
+                   overloaded=False)  # overload is a server state; server rows take the vectorised path
     return c, numbers
+
+
+def _max_qps(bundle: ModelBundle, row: Row, c: dict[str, float], learned: bool) -> float:
+    """The row's capacity from :func:`capacity.capacity_table` itself, on one-row arrays of its columns
+    (a grid of batch sizes through both models: vectorised, and memoised by the caller)."""
+    cols = {k: np.array([v]) for k, v in c.items() if not k.startswith("feature:")}
+    evaluate = lambda at, targets=None: assemble.evaluate(bundle, at, targets)  # noqa: E731
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return float(capacity.capacity_table(evaluate, [row], cols, learned)["max_qps"][0])
 
 
 def predict_one(bundle: ModelBundle, row: Row) -> Prediction | None:

@@ -39,6 +39,7 @@ LLM_RANGES: dict[str, tuple[float, float, str]] = {
     "weight_bytes_per_param": (0.1, 4.0, "bytes per parameter"),
 }
 
+COMPUTE_DTYPES = ("bfloat16", "float16", "fp8", "int8")
 MEMORY_TYPES = ("GDDR5", "GDDR6", "GDDR6X", "GDDR7", "HBM2", "HBM2e", "HBM3", "HBM3e", "LPDDR5")
 ARCH_CLASSES = (
     "decoder_transformer",
@@ -188,6 +189,10 @@ class LlmSpec:
     kv_layers: int = 0  # layers holding a KV cache; 0 → num_layers
     source: str = "user"
     confidence: str = "user"
+    kv_lora_rank: int = 0  # multi-head latent attention (DeepSeek MLA): latent KV width; 0 = not MLA
+    qk_rope_head_dim: int = 0  # MLA: decoupled RoPE key width cached next to the latent
+    sliding_window_layers: int | None = None  # KV layers that use sliding_window; None = all of them
+    compute_dtype: str = "bfloat16"  # dtype of the matmuls (fp8 for W8A8 FP8 checkpoints)
 
     def __post_init__(self) -> None:
         entity = f"LLM {self.name!r}"
@@ -240,6 +245,14 @@ class LlmSpec:
                 object.__setattr__(self, fname, check_int(entity, fname, getattr(self, fname), 1, 1e9, "tokens"))
         check_bool(entity, "tie_word_embeddings", self.tie_word_embeddings)
         check_bool(entity, "quantized", self.quantized)
+        for fname in ("kv_lora_rank", "qk_rope_head_dim"):
+            object.__setattr__(self, fname, check_int(entity, fname, getattr(self, fname), 0, 100_000, "dimensions"))
+        if self.sliding_window_layers is not None:
+            object.__setattr__(self, "sliding_window_layers", check_int(
+                entity, "sliding_window_layers", self.sliding_window_layers, 0, self.num_layers,
+                f"layers (at most num_layers = {self.num_layers})"))
+        if self.compute_dtype not in COMPUTE_DTYPES:
+            raise SpecValidationError(entity, "compute_dtype", self.compute_dtype, f"one of {', '.join(COMPUTE_DTYPES)}")
         for fname in ("model_type", "precision", "source", "confidence"):
             check_str(entity, fname, getattr(self, fname))
 

@@ -1,11 +1,14 @@
 """Workload description: how requests reach the engine (offline batch, Poisson server, closed loop)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
 from .errors import SpecValidationError
 from .specs import check_number
+
+KV_CACHE_DTYPES = ("auto", "fp8")
 
 KINDS = ("offline", "server", "closed_loop")
 # Canonical engine names; aliases map user spellings onto them.
@@ -47,6 +50,7 @@ class Workload:
 
     ``concurrency`` (when set) is the measured or fixed number of sequences decoding together; it
     overrides what the batch cap and the memory would allow, up to the memory limit.
+    ``kv_cache_dtype``: the engine's KV-cache element type, ``auto`` (16-bit) or ``fp8`` (1 byte).
     """
 
     kind: str = "offline"
@@ -58,6 +62,7 @@ class Workload:
     engine: str = "vllm"
     gpu_memory_utilization: float = 0.9
     num_requests: int | None = None
+    kv_cache_dtype: str = "auto"
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -76,13 +81,18 @@ class Workload:
             if n != int(n):
                 raise SpecValidationError("workload", "num_requests", self.num_requests, "an integer in [1, 1e+09] requests")
             object.__setattr__(self, "num_requests", int(n))
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise SpecValidationError("workload", "kv_cache_dtype", self.kv_cache_dtype, "auto (16-bit cache) or fp8")
         if self.concurrency is not None:
             object.__setattr__(self, "concurrency",
                                check_number("workload", "concurrency", self.concurrency, 0.001, 65536, "sequences"))
         if self.kind == "server":
             if self.qps is None:
                 raise SpecValidationError("workload", "qps", None, "an arrival rate in requests/s for a server workload (e.g. --qps 0.33)")
-            object.__setattr__(self, "qps", check_number("workload", "qps", self.qps, 1e-6, 1e5, "requests/s"))
+            q = self.qps  # any positive finite rate: a prediction, or the overload state beyond capacity
+            if isinstance(q, bool) or not isinstance(q, (int, float)) or not math.isfinite(q) or q <= 0:
+                raise SpecValidationError("workload", "qps", q, "a positive finite arrival rate in requests/s (e.g. 0.33)")
+            object.__setattr__(self, "qps", float(q))
         elif self.qps is not None:
             raise SpecValidationError("workload", "qps", self.qps, "no arrival rate unless the workload kind is 'server'")
         if self.kind == "closed_loop" and self.concurrency is None:

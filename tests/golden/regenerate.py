@@ -33,13 +33,16 @@ WORKLOADS: dict[str, dict[str, Any]] = {
     "closed8": {"kind": "closed_loop", "concurrency": 8},
 }
 FIELDS = ("power_w", "itl_s", "throughput_tok_s", "system_s_per_token", "energy_per_token_j",
-          "energy_per_request_j", "effective_batch", "busy_fraction", "idle_power_w")
+          "energy_per_request_j", "effective_batch", "busy_fraction", "idle_power_w", "max_qps", "utilization",
+          "max_concurrency", "overloaded")
 RANKS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "llama8b_offline_energy": ("meta-llama/Llama-3.1-8B-Instruct", {}, {}),
     "llama8b_server_sla": ("meta-llama/Llama-3.1-8B-Instruct", {"kind": "server", "qps": 0.017},
                            {"max_itl_ms": 50}),
     "moe_closed_strict_itl": ("Qwen/Qwen3-30B-A3B-Instruct-2507", {"kind": "closed_loop", "concurrency": 8},
                               {"max_itl_ms": 40, "strict": True, "sort": "itl"}),
+    "llama8b_replicas_auto": ("meta-llama/Llama-3.1-8B-Instruct", {"kind": "server", "qps": 20.0},
+                              {"max_itl_ms": 50, "replicas": "auto"}),
 }
 
 
@@ -91,7 +94,8 @@ def compute() -> dict[str, Any]:
     ranks = {}
     for name, (llm, wl, opts) in RANKS.items():
         res = wattgpu.rank(llm, Workload(**wl), predictor=pred, **opts)
-        ranks[name] = {"candidates": [[c.gpu, _n(c.power_w), _n(c.itl_s), _n(c.itl_sla_s), _n(c.j_per_token)] for c in res.candidates],
+        ranks[name] = {"candidates": [[c.gpu, _n(c.power_w), _n(c.itl_s), _n(c.itl_sla_s), _n(c.j_per_token),
+                                       c.replicas] for c in res.candidates],
                        "excluded": [[e.gpu, e.reason_kind, text(e.reason)] for e in res.excluded]}
     return {"about": "golden predictions; regenerate with tests/golden/regenerate.py (see its docstring)",
             "fields": list(FIELDS), "llms": list(LLMS), "workloads": WORKLOADS, "predictions": preds,

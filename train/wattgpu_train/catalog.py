@@ -15,6 +15,7 @@ GPU_TABLE = "gpu_specs.csv"
 LLM_TABLE = "llm_configs.csv"
 PAPER_MODELS = "model_features.csv"
 IDLE_TABLE = "idle_power.csv"
+ATTENTION_TABLE = "llm_attention.csv"  # MLA widths the config table has no column for
 # Only idle figures measured with a CUDA context (a model loaded, no requests) describe a server between
 # requests; "bare" figures (P8, no context) are kept in the table for reference and not used.
 IDLE_STATE_USED = "loaded"
@@ -94,13 +95,41 @@ def gpu_entry(row: dict[str, str], idle: dict[str, tuple[float, str]] | None = N
     return {"name": row["name"], "spec": spec, "facts": facts, "derived": derived}
 
 
+def _sliding_layers(row: dict[str, str]) -> tuple[int | None, list[str]]:
+    """KV layers that use the sliding window, by family (None = every layer, as Mistral/Phi-3/StarCoder2)."""
+    layers, family = int(row["num_hidden_layers"]), row["model_type"]
+    if not _int(row["sliding_window"]):
+        return None, []
+    if family in ("gemma2", "gpt_oss"):
+        n = (layers + 1) // 2
+        return n, [f"sliding_window_layers = {n}: {family} alternates sliding and full attention (even layers slide)"]
+    if family in ("gemma3", "gemma3_text"):
+        n = layers - layers // 6
+        return n, [f"sliding_window_layers = {n}: Gemma 3 has one global layer in every 6 (sliding_window_pattern 6)"]
+    return None, []
+
+
+def _compute_dtype(row: dict[str, str]) -> str:
+    """Matmul dtype as served: FP8 checkpoints run W8A8 FP8 (vLLM), everything else 16-bit."""
+    quant = (row["quant_method"] or "").lower()
+    return "fp8" if "fp8" in quant else "bfloat16"
+
+
+def read_attention_table(path: Path) -> dict[str, dict[str, str]]:
+    if not path.exists():
+        return {}
+    with open(path, newline="", encoding="utf-8") as f:
+        return {r["hf_id"]: r for r in csv.DictReader(f)}
+
+
 def _weight_bytes(row: dict[str, str]) -> tuple[float, bool, list[str]]:
     """Bytes per parameter of the checkpoint as served, and whether it is quantised."""
     quant = (row["quant_method"] or "").lower()
     if not quant:
         return 2.0, False, []
     if quant.startswith("fp8") or "fp8" in quant:
-        return 1.0, True, ["weight_bytes_per_param = 1.0 (FP8 checkpoint; scales ignored)"]
+        return 1.0, True, ["weight_bytes_per_param = 1.0 (FP8 checkpoint; scales ignored); precision fp8, "
+                           "compute_dtype fp8 (W8A8)"]
     if "mxfp4" in quant:
         # Experts in MXFP4 (4 bits + one shared 8-bit scale per 32 values = 4.25 bits), the rest bf16.
         layers, hidden = int(row["num_hidden_layers"]), int(row["hidden_size"])
@@ -114,7 +143,8 @@ def _weight_bytes(row: dict[str, str]) -> tuple[float, bool, list[str]]:
     return 2.0, True, [f"unrecognised quantisation {quant!r}: weight bytes assumed 2.0"]
 
 
-def llm_entry(row: dict[str, str], paper: dict[str, dict[str, str]]) -> dict[str, Any]:
+def llm_entry(row: dict[str, str], paper: dict[str, dict[str, str]],
+              attention: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
     """One catalog LLM: LlmSpec fields (or why it cannot be modelled), facts and source."""
     name = row["hf_id"]
     derived: list[str] = []
@@ -137,6 +167,15 @@ def llm_entry(row: dict[str, str], paper: dict[str, dict[str, str]]) -> dict[str
         derived.append("vocab_size = 32000: not recorded (LLaMA-1 base value); parameter count is the nominal one")
     wb, quantized, notes = _weight_bytes(row)
     derived.extend(notes)
+    if "fp8" in (row["quant_method"] or "").lower():
+        dtype = "fp8"
+    elif "mxfp4" in (row["quant_method"] or "").lower():
+        dtype = "mxfp4"
+    sliding_layers, notes = _sliding_layers(row)
+    derived.extend(notes)
+    mla = (attention or {}).get(name)
+    if mla:
+        facts["attention_source"] = mla["source"]
     experts = _int(row["num_experts"]) or 0
     spec = {
         "name": name,
@@ -161,7 +200,13 @@ def llm_entry(row: dict[str, str], paper: dict[str, dict[str, str]]) -> dict[str
         "quantized": quantized,
         "source": f"data/catalog/{LLM_TABLE} ({row['confidence']} confidence)",
         "confidence": row["confidence"],
+        "compute_dtype": _compute_dtype(row),
     }
+    if sliding_layers is not None:
+        spec["sliding_window_layers"] = sliding_layers
+    if mla:
+        spec["kv_lora_rank"] = int(mla["kv_lora_rank"])
+        spec["qk_rope_head_dim"] = int(mla["qk_rope_head_dim"])
     return {**base, "spec": spec}
 
 
@@ -176,7 +221,8 @@ def build_specs(catalog_dir: Path, paper_dir: Path) -> dict[str, Any]:
     with open(paper_dir / PAPER_MODELS, newline="", encoding="utf-8") as f:
         paper = {r["model_name"]: r for r in csv.DictReader(f, delimiter=";")}
     with open(catalog_dir / LLM_TABLE, newline="", encoding="utf-8") as f:
-        llms = [llm_entry(r, paper) for r in csv.DictReader(f)]
+        attention = read_attention_table(catalog_dir / ATTENTION_TABLE)
+        llms = [llm_entry(r, paper, attention) for r in csv.DictReader(f)]
     names = {m["name"] for m in llms}
     missing = sorted(set(paper) - names)
     if missing:

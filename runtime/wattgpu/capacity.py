@@ -1,0 +1,113 @@
+"""Capacity: the largest Poisson request rate one GPU sustains, and what happens beyond it.
+
+Each request holds one of the engine's batch slots for its whole time in the system,
+``W(b) = prefill + output_tokens × ITL(b)``, where ``ITL(b)`` is the learned inter-token latency with
+``b`` sequences decoding together and prefill is the compute-roofline time of the prompt (the same
+request time the server prediction's Little's-law fixed point uses). With at most ``B`` slots
+(``B`` = min(batch cap, sequences whose KV cache fits)), Little's law L = λ·W caps the rate at
+
+    max_qps = max over b ≤ B of  b / W(b)        (and, with an ITL SLA, only over b with ITL(b) ≤ SLA)
+
+evaluated on a geometric grid of batch sizes from 1 to ``B``, so a learned ITL that is not monotone in
+the batch cannot inflate the capacity beyond a batch the engine can actually run.
+
+Beyond capacity the queue grows without bound: the GPU runs saturated at the capacity's batch, its
+throughput stays at ``max_qps × output_tokens`` and the prediction says so (``overloaded``).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from . import features as F
+from . import physics
+
+GRID_POINTS = 8  # batch sizes evaluated per row between 1 and the batch limit (geometric)
+WORKLOAD_MAX_CONCURRENCY = 65536.0  # Workload.concurrency's upper bound
+
+
+def batch_limit(cols: F.Columns) -> np.ndarray:
+    """Sequences the engine can run at once: min(batch cap, sequences whose KV fits), ≥ 1.
+
+    The KV count is the one the learned models see (``fit_batch``: full-context KV in every layer), so
+    the ITL evaluated at batch b is really at b; for sliding-window models this is conservative until
+    the models are retrained on window-aware features (``max_concurrency`` reports the window-aware fit)."""
+    return np.maximum(np.fmin(cols["wl_max_batch"], cols["fit_batch"]), 1.0)
+
+
+def prefill_s(cols: F.Columns) -> np.ndarray:
+    """Compute-roofline time of one request's prompt (s): 2 × active params × input tokens / matmul peak."""
+    return physics.compute_latency_s(cols["llm_active_params_b"], cols["compute_tflops"]) * cols["wl_input_tokens"]
+
+
+def request_time(evaluate: Callable[..., dict[str, np.ndarray]], cols: F.Columns, index: np.ndarray,
+                 conc: np.ndarray, cap: np.ndarray, learned: bool,
+                 targets: Sequence[str] | None = None) -> dict[str, Any]:
+    """Per-request time in the system at mean concurrency ``conc`` for rows ``index`` of ``cols`` (at
+    most ``cap`` sequences decode at once).
+
+    Without server rows in training the models are evaluated as a closed loop at the busy batch
+    (zero-truncated Poisson mean, capped at ``cap``); with them (``learned``), as the server workload
+    at concurrency ``conc`` (capped). Returns ``request_s``, the model outputs ``res`` and ``batch``.
+    """
+    conc = np.asarray(conc, dtype=np.float64)
+    cap = np.minimum(np.asarray(cap, dtype=np.float64), WORKLOAD_MAX_CONCURRENCY)
+    batch = np.minimum(physics.busy_batch(conc), cap)
+    level = np.clip(np.minimum(conc, cap), 1e-3, WORKLOAD_MAX_CONCURRENCY) if learned else batch
+    at = F.with_concurrency(cols, index, level, closed_loop=not learned)
+    res = evaluate(at) if targets is None else evaluate(at, targets)  # only ``targets`` (ITL suffices for W)
+    return {"res": res, "batch": at["eff_batch"] if learned else batch,
+            "request_s": prefill_s(at) + at["wl_output_tokens"] * res["itl"]}
+
+
+def capacity_table(evaluate: Callable[[F.Columns], dict[str, np.ndarray]], triples: Sequence[tuple[Any, Any, Any]],
+                   cols: F.Columns, learned: bool,
+                   max_itl_s: np.ndarray | None = None, itl_scale: float = 1.0) -> dict[str, np.ndarray]:
+    """Capacity of each row (vectorised): ``max_qps``, the batch it is reached at (``batch``), the
+    ``itl_s``, busy ``power_w`` and ``request_s`` there, the batch ``limit`` and ``max_concurrency``.
+
+    With ``max_itl_s`` (per row, NaN = no SLA) only batches whose ITL × ``itl_scale`` meets it count;
+    a row whose ITL misses the SLA even at batch 1 gets ``max_qps`` 0.
+    """
+    keys = [_key(t, learned) for t in triples]
+    first: dict[Any, int] = {}
+    where = np.array([first.setdefault(k, i) for i, k in enumerate(keys)], dtype=np.intp)
+    uniq = np.array(sorted(first.values()), dtype=np.intp)  # rows with the same engine set-up share a capacity
+    slot = np.searchsorted(uniq, where)
+    n = len(uniq)
+    limit = batch_limit(cols)[uniq]
+    steps = np.linspace(0.0, 1.0, GRID_POINTS)
+    grid = np.exp(np.log(limit)[:, None] * steps[None, :])  # [rows, points], 1 … limit
+    grid[:, -1] = limit
+    rt = request_time(evaluate, cols, np.repeat(uniq, GRID_POINTS), grid.ravel(), np.repeat(limit, GRID_POINTS),
+                      learned)
+    req = rt["request_s"].reshape(n, GRID_POINTS)
+    itl = rt["res"]["itl"].reshape(n, GRID_POINTS)
+    power = rt["res"]["power"].reshape(n, GRID_POINTS)
+    batch = np.asarray(rt["batch"], dtype=np.float64).reshape(n, GRID_POINTS)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lam = np.where(np.isfinite(req) & (req > 0), grid / req, 0.0)
+    lam = lam[slot]  # back to one row per triple (the SLA may differ per row)
+    if max_itl_s is not None:
+        sla = np.asarray(max_itl_s, dtype=np.float64)[:, None]
+        lam = np.where(np.isnan(sla) | (itl[slot] * itl_scale <= sla), lam, 0.0)
+    k = np.argmax(lam, axis=1)
+    pick = (slot, k)
+    return {"max_qps": lam[np.arange(len(triples)), k], "batch": batch[pick], "concurrency": grid[pick],
+            "itl_s": itl[pick], "power_w": power[pick], "request_s": req[pick], "limit": limit[slot],
+            "max_concurrency": np.maximum(cols["fit_sequences"], 0.0)}
+
+
+def _key(t: tuple[Any, Any, Any], learned: bool) -> tuple[Any, ...]:
+    """What the capacity of a row depends on: the specs and the engine set-up, not the offered load
+    (except through the workload features of a model trained on server rows)."""
+    g, m, w = t
+    return (id(g), id(m), w.max_batch, w.input_tokens, w.output_tokens, w.engine, w.gpu_memory_utilization,
+            w.kv_cache_dtype, *((w.kind, w.qps, w.concurrency, w.num_requests) if learned else ()))
+
+
+def overload_message(qps: float, max_qps: float, sla: bool = False) -> str:
+    """The one-line overload state: what the load needs and what the GPU sustains."""
+    within = " within the ITL SLA" if sla else ""
+    return f"overloaded: needs {qps:.4g} req/s, sustains at most {max_qps:.4g} req/s{within}"

@@ -1,0 +1,163 @@
+"""Capacity, overload state and replicas: the checks of issue 12 end to end (API and CLI)."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from click.testing import CliRunner
+
+from wattgpu import capacity
+from wattgpu.checks import row_errors
+from wattgpu.cli import main
+from wattgpu.errors import WattGPUError
+from wattgpu.predictor import Predictor
+from wattgpu.rank import rank
+from wattgpu.workload import Workload
+
+LLM = "meta-llama/Llama-3.1-8B-Instruct"
+
+
+@pytest.fixture(scope="module")
+def pred() -> Predictor:
+    return Predictor()
+
+
+def _cli(*args: str):
+    return CliRunner().invoke(main, list(args))
+
+
+def test_l4_is_excluded_as_overloaded_with_its_capacity() -> None:
+    res = rank(LLM, Workload(kind="server", qps=5), max_itl_ms=200)
+    assert "NVIDIA L4" not in [c.gpu for c in res.candidates]
+    l4 = next(x for x in res.excluded if x.gpu == "NVIDIA L4")
+    assert l4.reason_kind == "overloaded" and "sustains at most" in l4.reason
+    assert l4.entry is not None and l4.entry.max_qps < 5
+    for c in res.candidates:  # every candidate carries the load
+        assert c.max_qps >= 5 and c.utilization <= 1.0
+    r = _cli("rank", "--llm", LLM, "--workload", "server", "--qps", "5", "--max-itl-ms", "200")
+    assert r.exit_code == 0 and "NVIDIA L4: overloaded: needs 5 req/s, sustains at most" in r.output
+
+
+def test_a30_at_1000_qps_is_overloaded_and_held_at_capacity(pred: Predictor) -> None:
+    offline = pred.predict("NVIDIA A30", LLM, Workload())
+    p = pred.predict("NVIDIA A30", LLM, Workload(kind="server", qps=1000))
+    assert p.overloaded and p.utilization > 1
+    assert p.throughput_tok_s == pytest.approx(p.max_qps * 256)
+    assert p.throughput_tok_s <= offline.throughput_tok_s
+    assert p.effective_batch <= 256 and p.energy_per_token_j > 0.01
+    r = _cli("predict", "--llm", LLM, "--gpu", "NVIDIA A30", "--workload", "server", "--qps", "1000", "--json")
+    assert r.exit_code == 0
+    d = json.loads(r.stdout)
+    assert d["overloaded"] is True and d["max_qps"] == pytest.approx(p.max_qps)
+    assert any(w.startswith("overloaded: needs 1000 req/s, sustains at most") for w in d["warnings"])
+    r = _cli("predict", "--llm", LLM, "--gpu", "NVIDIA A30", "--workload", "server", "--qps", "1000")
+    assert r.exit_code == 0 and "overloaded: needs 1000 req/s, sustains at most" in r.output
+
+
+@pytest.mark.parametrize("qps", ["100000", "1e9", "1e12"])
+def test_any_positive_finite_qps_is_a_prediction_or_overload(qps: str) -> None:
+    r = _cli("predict", "--llm", LLM, "--gpu", "NVIDIA A30", "--qps", qps, "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["overloaded"] is True
+
+
+def test_overload_boundary_is_the_capacity(pred: Predictor) -> None:
+    cap = pred.predict("NVIDIA H100 SXM5 80GB", LLM, Workload(kind="server", qps=1)).max_qps
+    below = pred.predict("NVIDIA H100 SXM5 80GB", LLM, Workload(kind="server", qps=cap * 0.99))
+    above = pred.predict("NVIDIA H100 SXM5 80GB", LLM, Workload(kind="server", qps=cap * 1.01))
+    assert not below.overloaded and below.throughput_tok_s == pytest.approx(cap * 0.99 * 256)
+    assert above.overloaded and above.throughput_tok_s == pytest.approx(cap * 256)
+    assert below.throughput_tok_s <= above.throughput_tok_s
+
+
+def test_every_prediction_reports_capacity(pred: Predictor) -> None:
+    for wl in (Workload(), Workload(kind="server", qps=0.5), Workload(kind="closed_loop", concurrency=8)):
+        p = pred.predict("NVIDIA A100 SXM4 80GB", LLM, wl)
+        assert p.max_qps > 0 and p.max_concurrency >= 1 and p.utilization > 0
+        d = p.to_dict()
+        assert {"max_qps", "utilization", "max_concurrency", "overloaded"} <= set(d)
+    assert pred.predict("NVIDIA A100 SXM4 80GB", LLM, Workload()).utilization == 1.0
+
+
+def test_closed_loop_concurrency_cut_by_memory_is_reported(pred: Predictor) -> None:
+    p = pred.predict("NVIDIA A30", LLM, Workload(kind="closed_loop", concurrency=64, input_tokens=4096))
+    assert p.max_concurrency < 64 and p.effective_batch == p.max_concurrency
+    assert any(f"concurrency 64 cut to {p.max_concurrency} sequences" in w for w in p.warnings)
+
+
+def test_capacity_under_sla_is_at_most_capacity(pred: Predictor) -> None:
+    from wattgpu import features as F
+
+    triples = [(g, pred.resolve_llm(LLM), Workload(kind="server", qps=1)) for g in pred.catalog.gpus[:12]]
+    ok = [t for t, e in zip(triples, row_errors(triples)[0]) if e is None]
+    cols = F.columns(ok)
+    free = capacity.capacity_table(pred._evaluate, ok, cols, learned=False)
+    import numpy as np
+
+    sla = capacity.capacity_table(pred._evaluate, ok, cols, learned=False, max_itl_s=np.full(len(ok), 0.05))
+    assert np.all(sla["max_qps"] <= free["max_qps"]) and np.all(free["max_qps"] > 0)
+    assert np.all((sla["max_qps"] == 0) | (sla["itl_s"] <= 0.05))
+
+
+def test_replicas_auto_lists_replicas_and_fleet_power(pred: Predictor) -> None:
+    res = rank(LLM, Workload(kind="server", qps=20), max_itl_ms=50, replicas="auto", predictor=pred)
+    assert res.candidates and res.replicas == "auto"
+    fleet = [c.fleet_power_w for c in res.candidates]
+    assert fleet == sorted(fleet)
+    for c in res.candidates[:8]:
+        assert c.qps_per_replica == pytest.approx(20 / c.replicas)
+        assert c.fleet_power_w == pytest.approx(c.replicas * c.power_w)
+        assert c.itl_s * 1e3 <= 50 and c.utilization <= 1.0
+        if c.replicas > 1:  # one replica fewer would not carry the load within the SLA
+            p = pred.predict(c.gpu, LLM, Workload(kind="server", qps=20 / (c.replicas - 1)))
+            assert p.overloaded or p.itl_s * 1e3 > 50, c.gpu
+    d = json.loads(json.dumps(res.to_dict()))
+    assert "even" in d["fleet_assumption"] and {"replicas", "fleet_power_w", "qps_per_replica"} <= set(d["candidates"][0])
+    r = _cli("rank", "--llm", LLM, "--qps", "20", "--max-itl-ms", "50", "--replicas", "auto")
+    assert r.exit_code == 0 and "repl" in r.output and "fleet W" in r.output and "split evenly" in r.output
+
+
+def test_fixed_replicas_exclude_what_they_cannot_carry(pred: Predictor) -> None:
+    res = rank(LLM, Workload(kind="server", qps=20), replicas=1, predictor=pred)
+    for c in res.candidates:
+        assert c.replicas == 1 and c.max_qps >= 20
+    assert any(x.reason_kind == "overloaded" and x.reason.startswith("1 replicas:") for x in res.excluded)
+
+
+@pytest.mark.parametrize("args,field", [
+    (["rank", "--llm", LLM, "--qps", "0"], "qps"),
+    (["rank", "--llm", LLM, "--qps", "-3"], "qps"),
+    (["rank", "--llm", LLM, "--qps", "nan"], "qps"),
+    (["predict", "--llm", LLM, "--gpu", "A30", "--qps", "inf"], "qps"),
+    (["rank", "--llm", LLM, "--qps", "20", "--replicas", "0"], "replicas"),
+    (["rank", "--llm", LLM, "--qps", "20", "--replicas", "1.5"], "replicas"),
+    (["rank", "--llm", LLM, "--replicas", "auto"], "replicas"),
+    (["rank", "--llm", LLM, "--dtype", "int7"], "dtype"),
+    (["predict", "--llm", LLM, "--gpu", "A30", "--kv-cache-dtype", "int4"], "kv-cache-dtype"),
+])
+def test_bad_input_is_one_line_naming_the_field(args: list[str], field: str) -> None:
+    r = _cli(*args)
+    assert r.exit_code == 2, r.output
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and field in lines[0]
+
+
+def test_api_replicas_validation() -> None:
+    with pytest.raises(WattGPUError, match="replicas"):
+        rank(LLM, Workload(kind="server", qps=1), replicas=0)
+    with pytest.raises(WattGPUError, match="replicas"):
+        rank(LLM, Workload(kind="server", qps=1), replicas=math.nan)
+
+
+def test_batch_csv_carries_capacity_columns(tmp_path) -> None:
+    import csv
+
+    from wattgpu.batch import predict_csv
+
+    src, dst = tmp_path / "in.csv", tmp_path / "out.csv"
+    src.write_text(f"llm,gpu,workload,qps,kv_cache_dtype\n{LLM},NVIDIA A30,server,1000,\n{LLM},NVIDIA A30,offline,,fp8\n")
+    assert predict_csv(str(src), str(dst), predictor=Predictor()) == (2, 0)
+    over, off = list(csv.DictReader(dst.open()))
+    assert over["overloaded"] == "true" and float(over["max_qps"]) < 1000 and float(over["utilization"]) > 1
+    assert off["overloaded"] == "false" and float(off["utilization"]) == 1.0 and int(off["max_concurrency"]) > 0

@@ -215,7 +215,10 @@ def bench_one_prediction(predictor: Any, llm: str, gpu: str, pairs: list[tuple[s
     floor = _onnx_floor(predictor, gpu, llm)
     floor()
     clock = time.perf_counter
-    p50, p99, varied, floors, ratio = [], [], [], [], []
+    from wattgpu.results import memo_for
+
+    memo = memo_for(predictor.bundle)
+    p50, p99, varied, floors, ratio, fresh = [], [], [], [], [], []
     for _ in range(repeats):
         ts, fs = [], []
         for _ in range(calls):  # interleaved call by call
@@ -234,10 +237,22 @@ def bench_one_prediction(predictor: Any, llm: str, gpu: str, pairs: list[tuple[s
         it = iter(pairs * (calls // len(pairs) + 1))
         ts = sorted(_timed_calls(lambda: predictor.predict(*next(it)), calls))
         varied.append(percentile(ts, 50) * 1e6)
+        ts = []
+        for _ in range(max(20, calls // 20)):  # nothing memoised: capacity grid and warnings recomputed
+            memo.specs.clear()
+            memo.warnings.clear()
+            t = clock()
+            predictor.predict(gpu, llm)
+            ts.append(clock() - t)
+        fresh.append(percentile(sorted(ts), 50) * 1e6)
     return {"one_prediction_p50_us": summarise(p50), "one_prediction_p99_us": summarise(p99),
             "one_prediction_floor_onnx_p50_us": summarise(floors),
             "one_prediction_over_onnx_floor": summarise(ratio),
-            "one_prediction_varied_pairs_p50_us": summarise(varied)}
+            "one_prediction_varied_pairs_p50_us": summarise(varied),
+            "one_prediction_unmemoised_p50_us": summarise(fresh),
+            "_one_prediction": {"path": "scalar (wattgpu.single) for non-server rows",
+                                "memo": "capacity (max_qps), domain warnings and spec columns are memoised per "
+                                        "GPU/LLM/engine set-up; 'unmemoised' clears the memo before each call"}}
 
 
 SERVER_WORKLOAD = dict(kind="server", qps=0.5)  # a Poisson server at half a request per second
@@ -325,8 +340,45 @@ def bench_batch(n_rows: int, repeats: int) -> dict[str, Any]:
         t = time.perf_counter()
         out = predictor.predict_specs(rows)
         object_rates.append(len(out) / (time.perf_counter() - t))
+    inside = _onnx_share(predictor, rows) if has_table else None
     return {"rates": rates or object_rates, "object_rates": object_rates, "onnx_rates": onnx_rates,
-            "path": "Predictor.predict_table" if has_table else "Predictor.predict_specs"}
+            "onnx_inside": inside, "path": "Predictor.predict_table" if has_table else "Predictor.predict_specs"}
+
+
+class _TimedSession:
+    """A session proxy that adds up the time and rows of its ``run`` calls."""
+
+    def __init__(self, session: Any) -> None:
+        self.session, self.seconds, self.rows = session, 0.0, 0
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        t = time.perf_counter()
+        out = self.session.run(*args, **kwargs)
+        self.seconds += time.perf_counter() - t
+        self.rows += len(next(iter(args[1].values())))
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.session, name)
+
+
+def _onnx_share(predictor: Any, rows: list[Any]) -> dict[str, float]:
+    """One ``predict_table`` call with every onnxruntime run timed: the rows the models evaluate (the
+    rows themselves plus the capacity grid of each distinct set-up) and the share of time in them."""
+    sessions = predictor.bundle._sessions
+    saved = dict(sessions)
+    timed = {t: _TimedSession(predictor._session(t)) for t in predictor.schema.models}
+    sessions.update(timed)
+    try:
+        t = time.perf_counter()
+        predictor.predict_table(rows)
+        total = time.perf_counter() - t
+    finally:
+        sessions.clear()
+        sessions.update(saved)
+    seconds = sum(s.seconds for s in timed.values())
+    model_rows = sum(s.rows for s in timed.values())
+    return {"onnx_share": seconds / total, "model_rows_per_row": model_rows / len(rows) / len(timed)}
 
 
 def bench_batch_one_core(n_rows: int, repeats: int, env: dict[str, str]) -> dict[str, Any]:
@@ -654,7 +706,7 @@ def judge(name: str, fig: dict[str, Any]) -> None:
 
 UNITS = {"_ms": "ms", "_us": "µs", "_kb": "KB", "_mb": "MB", "_per_s_one_core": "rows/s", "_per_s": "rows/s",
          "_over_import_onnxruntime": "×", "_over_onnx_floor": "×", "_over_predict_table": "×",
-         "_over_onnx_alone_one_core": "×",
+         "_over_onnx_alone_one_core": "×", "_share_of_predict_table_one_core": "×",
          "_per_row": "µs", "_single": "×", "_batch": "×"}
 
 
@@ -773,6 +825,13 @@ def main(argv: list[str] | None = None) -> int:
     figures["batch_over_onnx_alone_one_core"] = summarise([a / b for a, b in zip(one_core["rates"],
                                                                                  one_core["onnx_rates"])])
     figures["batch_objects_per_s_one_core"] = summarise(one_core["object_rates"])
+    if one_core.get("onnx_inside"):
+        share = one_core["onnx_inside"]["onnx_share"]
+        figures["batch_onnx_share_of_predict_table_one_core"] = summarise([share])
+        figures["_batch_onnx_inside"] = dict(one_core["onnx_inside"], what=(
+            "one predict_table call with onnxruntime timed inside it: onnx_share = time in session.run / total "
+            "(predict_table's speed relative to onnxruntime on every row it evaluates); model_rows_per_row = "
+            "rows each model evaluates per table row (the row + capacity grid points of its set-up)"))
     figures["batch_predictions_per_s"] = summarise(in_proc["rates"])
     figures["_batch"] = {"rows": n_rows, "workloads": WORKLOADS, "path": in_proc["path"],
                          "objects_path": "Predictor.predict_specs (Prediction objects with warnings, intervals)",

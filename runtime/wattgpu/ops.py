@@ -70,15 +70,17 @@ else:  # numpy's own SIMD code: ask numpy, one float at a time
 
 def asarray(x: Any) -> Any:
     """A float, or a float64 array (what ``np.asarray(x, dtype=np.float64)`` gives for non-scalars)."""
+    if type(x) is float:  # the scalar path's common case, checked first
+        return x
     return float(x) if isinstance(x, _Num) else np.asarray(x, dtype=np.float64)
 
 
 def log(x: Any) -> Any:
-    return _log(x) if isinstance(x, _Num) else np.log(x)
+    return _log(x) if type(x) is float or isinstance(x, _Num) else np.log(x)
 
 
 def exp(x: Any) -> Any:
-    return _exp(x) if isinstance(x, _Num) else np.exp(x)
+    return _exp(x) if type(x) is float or isinstance(x, _Num) else np.exp(x)
 
 
 def expm1(x: Any) -> Any:
@@ -92,14 +94,14 @@ def power(a: Any, b: Any) -> Any:
 def maximum(a: Any, b: Any) -> Any:
     """numpy's maximum: NaN wins; ``a`` when ``a > b``, else ``b`` (ties of ±0 give ``b``, as numpy's
     array loops do)."""
-    if isinstance(a, _Num) and isinstance(b, _Num):
+    if (type(a) is float or isinstance(a, _Num)) and (type(b) is float or isinstance(b, _Num)):
         return float(a if (a > b or a != a) else b)
     return np.maximum(a, b)
 
 
 def minimum(a: Any, b: Any) -> Any:
     """numpy's minimum: NaN wins; ``a`` when ``a < b``, else ``b``."""
-    if isinstance(a, _Num) and isinstance(b, _Num):
+    if (type(a) is float or isinstance(a, _Num)) and (type(b) is float or isinstance(b, _Num)):
         return float(a if (a < b or a != a) else b)
     return np.minimum(a, b)
 
@@ -107,7 +109,7 @@ def minimum(a: Any, b: Any) -> Any:
 def fmin(a: Any, b: Any) -> Any:
     """numpy's fmin: NaN loses; ``a`` when ``a <= b``, else ``b`` (numpy's own loops disagree among
     themselves only on ties of ±0)."""
-    if isinstance(a, _Num) and isinstance(b, _Num):
+    if (type(a) is float or isinstance(a, _Num)) and (type(b) is float or isinstance(b, _Num)):
         return float(a if (a <= b or b != b) else b)
     return np.fmin(a, b)
 
@@ -127,13 +129,13 @@ def floor(x: Any) -> Any:
 
 def where(cond: Any, a: Any, b: Any) -> Any:
     """``a`` where ``cond`` else ``b`` (both already evaluated, as with numpy)."""
-    if isinstance(cond, (bool, np.bool_)) and isinstance(a, _Num) and isinstance(b, _Num):
+    if (type(cond) is bool or isinstance(cond, np.bool_)) and isinstance(a, _Num) and isinstance(b, _Num):
         return float(a if cond else b)
     return np.where(cond, a, b)
 
 
 def isnan(x: Any) -> Any:
-    return x != x if isinstance(x, _Num) else np.isnan(x)
+    return x != x if type(x) is float or isinstance(x, _Num) else np.isnan(x)
 
 
 def isfinite(x: Any) -> Any:

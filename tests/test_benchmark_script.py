@@ -29,6 +29,9 @@ BUDGETED = ["cold_start_ms", "one_prediction_p50_us", "rank_full_catalog_ms", "b
             "wheel_kb", "installed_package_mb", "xgboost_over_onnx_per_row_single"]
 
 
+pytestmark = pytest.mark.slow  # runs the benchmark script end to end
+
+
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:
     pytest.importorskip("xgboost")

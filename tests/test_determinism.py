@@ -68,6 +68,7 @@ print(json.dumps([_key(p) for p in Predictor().predict_specs(_rows(300))]))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("threads", ["1", "4", "16"])
 def test_identical_across_processes_and_thread_settings(threads):
     here = [_key(p) for p in Predictor().predict_specs(_rows(300))]
@@ -80,6 +81,7 @@ def test_identical_across_processes_and_thread_settings(threads):
     assert [tuple(k) for k in json.loads(r.stdout)] == here
 
 
+@pytest.mark.slow
 def test_shared_predictor_8_threads_matches_serial():
     n_threads, per_thread, chunk = 8, 10_000, 100
     rows = _rows(per_thread, kinds=("offline", "closed_loop"))

@@ -153,6 +153,7 @@ def test_interval_calibration_never_sees_held_out_gpu(records, monkeypatch):
 STABLE_METHOD_KEYS = {"mdape", "pearson_r", "kendall_tau_gpu", "kendall_tau_llm", "n"}
 
 
+@pytest.mark.slow
 def test_cli_evaluate_quick(tmp_path):
     res = CliRunner().invoke(main, ["evaluate", "--out", str(tmp_path), "--data-dir", str(REPO / "data"),
                                     "--specs", str(SPECS), "--quick"])

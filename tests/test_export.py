@@ -29,18 +29,20 @@ def small_fit():
     return recipe, ds, fit_model(recipe, ds)
 
 
-def test_export_writes_models_schema_and_catalog(tmp_path, small_fit) -> None:
-    recipe, ds, fitted = small_fit
-    X = ds.X(recipe.features)
-    schema = onnx_export.export_models(recipe_name="test", models={"power": fitted}, matrices={"power": X},
-                                       catalog_path=REPO / "specs.json", out_dir=tmp_path, training={"rows": len(ds)})
-    data = (tmp_path / "power.onnx").read_bytes()
-    assert schema["models"]["power"]["sha256"] == hashlib.sha256(data).hexdigest()
-    assert schema["models"]["power"]["parity_max_rel_diff"] <= onnx_export.PARITY_RTOL
+def test_export_writes_models_schema_and_catalog(tmp_path) -> None:
+    from wattgpu_train.pipeline import export, fit, load
+
+    result = fit(load(REPO / "data", REPO / "specs.json"), n_estimators=5, intervals=False)
+    schema = export(result, tmp_path)
+    for target, m in schema["models"].items():
+        data = (tmp_path / m["file"]).read_bytes()
+        assert m["sha256"] == hashlib.sha256(data).hexdigest()
+        assert m["parity_max_rel_diff"] <= onnx_export.PARITY_RTOL
+        meta = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).get_modelmeta().custom_metadata_map
+        assert meta["wattgpu.features"] == ",".join(f["name"] for f in m["features"]) and meta["wattgpu.target"] == target
+        assert json.loads(meta["wattgpu.producer"])["xgboost"] and meta["wattgpu.catalog_sha256"] == schema["catalog"]["sha256"]
     assert (tmp_path / "specs.json").read_bytes() == (REPO / "specs.json").read_bytes()
-    meta = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).get_modelmeta().custom_metadata_map
-    assert meta["wattgpu.features"] == ",".join(recipe.features) and meta["wattgpu.target"] == "power"
-    assert json.loads(meta["wattgpu.producer"])["xgboost"] and meta["wattgpu.catalog_sha256"] == schema["catalog"]["sha256"]
+    assert Predictor(models=tmp_path).predict_specs(result.datasets["power"].triples[:3])[0].power_w > 0
 
 
 def test_packaged_onnx_metadata_carries_schema_facts() -> None:
@@ -79,6 +81,7 @@ def test_packaged_schema_is_complete() -> None:
     assert schema["training"]["measured_only"] is True
 
 
+@pytest.mark.slow
 def test_shipped_models_are_what_fit_produces_from_data(tmp_path) -> None:
     """Re-run the export on data/ and compare predictions on every training row with the shipped models."""
     res = run_cli("fit", "--no-intervals", "--out", str(tmp_path), module="wattgpu_train.cli", timeout=600)

@@ -122,6 +122,9 @@ def _cases(f: dict[str, Path]) -> dict[str, list[str]]:
     }
 
 
+pytestmark = pytest.mark.slow  # ~30 CLI subprocesses; run with -m slow
+
+
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     files = _files(tmp_path_factory.mktemp("hostile"))

@@ -17,7 +17,8 @@ from wattgpu import GpuSpec, LlmSpec, Predictor, WattGPUError, Workload, default
 from wattgpu.hfconfig import llm_from_hf_config
 from wattgpu.specs import GPU_RANGES, LLM_RANGES, MEMORY_TYPES
 
-EXAMPLES = int(os.environ.get("WATTGPU_HYPOTHESIS_EXAMPLES", "500"))
+# Default tier: 100 examples per property; .ci/run reruns this file with WATTGPU_HYPOTHESIS_EXAMPLES=1000.
+EXAMPLES = int(os.environ.get("WATTGPU_HYPOTHESIS_EXAMPLES", "100"))
 SETTINGS = settings(max_examples=EXAMPLES, deadline=None, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 PRED = Predictor()

@@ -42,23 +42,100 @@ def test_committed_wheel_matches_the_tree(built: Path) -> None:
         assert needed in names
 
 
-def test_wheel_installs_and_predicts_in_a_fresh_venv(tmp_path: Path) -> None:
+WHEEL_BUDGET_BYTES = 300_000
+
+
+def _runtime_requirements(wheel: Path) -> list[str]:
+    """Distribution names the wheel requires without extras (what `pip install wattgpu` pulls in)."""
+    import re
+
+    with zipfile.ZipFile(wheel) as z:
+        meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+        lines = z.read(meta).decode().splitlines()
+    reqs = [ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("Requires-Dist:")]
+    return [re.split(r"[ ;<>=!~\[(]", r, maxsplit=1)[0] for r in reqs if "extra ==" not in r]
+
+
+def _closure(names: list[str]) -> set[str]:
+    """``names`` and everything they require (no extras), as installed in the running interpreter."""
+    import importlib.metadata as md
+    import re
+
+    seen: set[str] = set()
+    todo = list(names)
+    while todo:
+        name = todo.pop()
+        key = name.lower().replace("_", "-")
+        if key in seen:
+            continue
+        seen.add(key)
+        for r in md.distribution(name).requires or []:
+            if "extra ==" not in r:
+                todo.append(re.split(r"[ ;<>=!~\[(]", r, maxsplit=1)[0])
+    return seen
+
+
+def runtime_only_venv(tmp_path: Path, wheel: Path) -> Path:
+    """A fresh venv holding the wheel and only its runtime dependencies (no [train] extra).
+
+    The dependencies are taken from the running interpreter (wherever they live: a venv, the system
+    site-packages, user site) by linking their top-level files into one directory the new venv
+    reads through a .pth file — no network, and no dependence on how the outer Python was set up."""
+    import importlib.metadata as md
+
     env_dir = tmp_path / "venv"
-    venv.EnvBuilder(system_site_packages=True, with_pip=False).create(env_dir)
+    venv.EnvBuilder(system_site_packages=False, with_pip=False).create(env_dir)
     py = env_dir / "bin" / "python"
+    deps = tmp_path / "runtime-deps"
+    deps.mkdir()
+    for name in _closure(_runtime_requirements(wheel)):
+        dist = md.distribution(name)
+        for top in {Path(str(f)).parts[0] for f in dist.files or [] if not str(f).startswith("..")}:
+            src = Path(str(dist.locate_file(top)))
+            if src.exists() and not (deps / top).exists():
+                (deps / top).symlink_to(src)
+    site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    Path(site, "wattgpu_test_runtime_deps.pth").write_text(f"{deps}\n")
     res = subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "--no-deps", "--no-index",
-                          "--quiet", str(WHEELS[0])], capture_output=True, text=True, timeout=300)
+                          "--quiet", str(wheel)], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
-    code = ("import json, wattgpu, wattgpu.cli;"
-            "print(json.dumps({'file': wattgpu.__file__,"
+    return env_dir
+
+
+def test_wheel_is_small_and_types_ship(built: Path) -> None:
+    assert built.stat().st_size <= WHEEL_BUDGET_BYTES, f"wheel is {built.stat().st_size} bytes"
+    assert "wattgpu/py.typed" in _contents(built)
+
+
+@pytest.mark.slow
+def test_wheel_installs_and_predicts_in_a_fresh_venv(tmp_path: Path, built: Path) -> None:
+    """Runtime-only install of the wheel the tree builds: predict works, training exits 2 naming the extra."""
+    env_dir = runtime_only_venv(tmp_path, built)
+    py = env_dir / "bin" / "python"
+    run_env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    code = ("import json, sys, wattgpu, wattgpu.cli;"
+            "print(json.dumps({'file': wattgpu.__file__, 'pandas': 'pandas' in sys.modules,"
             " 'p': wattgpu.predict('NVIDIA A30', 'meta-llama/Llama-3.1-8B-Instruct').to_dict()}))")
-    res = subprocess.run([str(py), "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path,
-                         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    res = subprocess.run([str(py), "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path, env=run_env)
     assert res.returncode == 0, res.stderr[-2000:]
     out = json.loads(res.stdout)
     assert str(env_dir) in out["file"], f"imported {out['file']} instead of the installed wheel"
-    cli = subprocess.run([str(env_dir / "bin" / "wattgpu"), "predict", "--llm", "meta-llama/Llama-3.1-8B-Instruct",
+    no_train = subprocess.run([str(py), "-c", "import pandas"], capture_output=True, text=True, env=run_env)
+    assert no_train.returncode != 0, "the runtime-only venv must not see the training stack"
+    bin_dir = env_dir / "bin"
+    cli = subprocess.run([str(bin_dir / "wattgpu"), "predict", "--llm", "meta-llama/Llama-3.1-8B-Instruct",
                           "--gpu", "NVIDIA A30", "--json"], capture_output=True, text=True, timeout=120, cwd=tmp_path,
-                         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+                         env=run_env)
     assert cli.returncode == 0, cli.stderr[-2000:]
     assert json.loads(cli.stdout) == out["p"]
+    for args in (["rank", "--llm", "meta-llama/Llama-3.1-8B-Instruct", "--gpus", "A30,L4"], ["gpus"], ["llms"],
+                 ["--help"], ["--version"]):
+        r = subprocess.run([str(bin_dir / "wattgpu"), *args], capture_output=True, text=True, timeout=120,
+                           cwd=tmp_path, env=run_env)
+        assert r.returncode == 0, (args, r.stderr[-2000:])
+    for args in (["--help"], ["fit"], ["evaluate", "--quick"], ["build-specs"]):
+        r = subprocess.run([str(bin_dir / "wattgpu-train"), *args], capture_output=True, text=True, timeout=120,
+                           cwd=tmp_path, env=run_env)
+        assert r.returncode == 2, (args, r.stdout, r.stderr)
+        assert r.stderr.count("\n") == 1 and 'pip install "wattgpu[train]"' in r.stderr and "Traceback" not in r.stderr

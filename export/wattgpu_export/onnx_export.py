@@ -1,10 +1,7 @@
-"""XGBoost → ONNX with a parity gate; writes the models, ``feature_schema.json`` and the catalog snapshot."""
+"""XGBoost → ONNX with a parity gate, written as a model bundle (format: :mod:`wattgpu.bundle`)."""
 from __future__ import annotations
 
-import hashlib
-import json
 import platform
-import shutil
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -15,22 +12,21 @@ import onnxruntime as ort
 import xgboost as xgb
 from onnxmltools.convert.common.data_types import FloatTensorType
 
+from wattgpu import bundle
 from wattgpu.features import REGISTRY
-from wattgpu.schema import SCHEMA_FILE, SCHEMA_VERSION
 from wattgpu.specs import CATALOG_RESOURCE
+from wattgpu.targets import UNITS
 
 PARITY_RTOL = 1e-6  # max |onnx - xgboost| / max(|xgboost|, 1e-6) over every training row
 TARGET_OPSET = 15
 INPUT_NAME = "input"
-UNITS = {"power": "W", "itl": "s/token"}
 
 
 class ParityError(RuntimeError):
     """onnxruntime does not reproduce XGBoost closely enough; nothing is written."""
 
 
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+sha256_bytes = bundle.sha256
 
 
 def convert(booster: xgb.XGBRegressor, n_features: int) -> onnx.ModelProto:
@@ -76,50 +72,40 @@ def producer_versions() -> dict[str, str]:
 def export_models(*, recipe_name: str, models: Mapping[str, Any], matrices: Mapping[str, np.ndarray],
                   catalog_path: Path, out_dir: Path, training: Mapping[str, Any],
                   intervals: Mapping[str, Any] | None = None, domain: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Convert, gate and write every model of a recipe; returns the schema dict that was written.
+    """Convert, gate and write every model of a recipe as a bundle; returns the manifest that was written.
 
     ``models`` maps target → FittedModel (``.recipe`` and ``.booster``); ``matrices`` maps target →
-    the float32 training matrix the parity gate replays. Nothing is written unless every gate passes.
+    the float32 training matrix the parity gate replays. ``training``, ``intervals`` and ``domain``
+    are manifest sections (see :mod:`wattgpu.bundle`). Nothing is written unless every gate passes
+    and the runtime reads the manifest back.
     """
     catalog_bytes = catalog_path.read_bytes()
-    catalog_sha = sha256_bytes(catalog_bytes)
-    blobs: dict[str, bytes] = {}
-    entries: dict[str, Any] = {}
-    parity: dict[str, float] = {}
-    for target, fitted in models.items():
-        rec = fitted.recipe
-        onx = convert(fitted.booster, len(rec.features))
-        stamp(onx, {"wattgpu.schema_version": str(SCHEMA_VERSION), "wattgpu.target": target,
-                    "wattgpu.recipe": recipe_name, "wattgpu.transform": rec.transform,
-                    "wattgpu.features": ",".join(rec.features), "wattgpu.catalog_sha256": catalog_sha,
-                    "wattgpu.producer": json.dumps(producer_versions(), sort_keys=True),
-                    "wattgpu.training": json.dumps(training.get("targets", {}).get(target, {}), sort_keys=True)})
-        data = onx.SerializeToString()
-        parity[target] = parity_gate(data, fitted.booster, matrices[target], target)
-        fname = f"{target}.onnx"
-        blobs[fname] = data
-        entries[target] = {
-            "file": fname, "sha256": sha256_bytes(data), "transform": rec.transform, "unit": UNITS[target],
-            "input_name": INPUT_NAME,
-            "features": [{"name": f, "unit": REGISTRY[f].unit, "description": REGISTRY[f].description}
-                         for f in rec.features],
-            "xgboost_params": {k: v for k, v in rec.params.items() if k != "n_jobs"},
-            "parity_max_rel_diff": parity[target], "parity_rtol": PARITY_RTOL,
-        }
-    schema = {
-        "schema_version": SCHEMA_VERSION,
+    schema: dict[str, Any] = {
+        "schema_version": bundle.FORMAT_VERSION,
         "recipe": recipe_name,
-        "models": entries,
-        "catalog": {"file": CATALOG_RESOURCE, "sha256": catalog_sha},
+        "models": {},
+        "catalog": {"file": CATALOG_RESOURCE, "sha256": bundle.sha256(catalog_bytes)},
         "training": dict(training),
         "intervals": dict(intervals or {}),
         "domain": dict(domain or {}),
         "producer": producer_versions(),
     }
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for fname, data in blobs.items():
-        (out_dir / fname).write_bytes(data)
-    if catalog_path.resolve() != (out_dir / CATALOG_RESOURCE).resolve():
-        shutil.copyfile(catalog_path, out_dir / CATALOG_RESOURCE)
-    (out_dir / SCHEMA_FILE).write_text(json.dumps(schema, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    blobs: dict[str, bytes] = {}
+    for target, fitted in models.items():
+        rec = fitted.recipe
+        entry: dict[str, Any] = {
+            "file": f"{target}.onnx", "transform": rec.transform, "unit": UNITS[target], "input_name": INPUT_NAME,
+            "features": [{"name": f, "unit": REGISTRY[f].unit, "description": REGISTRY[f].description}
+                         for f in rec.features],
+            "xgboost_params": {k: v for k, v in rec.params.items() if k != "n_jobs"},
+            "parity_rtol": PARITY_RTOL,
+        }
+        schema["models"][target] = entry
+        onx = convert(fitted.booster, len(rec.features))
+        stamp(onx, bundle.onnx_metadata(schema, target))
+        data = onx.SerializeToString()
+        entry["parity_max_rel_diff"] = parity_gate(data, fitted.booster, matrices[target], target)
+        entry["sha256"] = bundle.sha256(data)
+        blobs[entry["file"]] = data
+    bundle.write_bundle(out_dir, schema, blobs, catalog_bytes)
     return schema

@@ -16,6 +16,7 @@ from typing import Any, Iterable
 from .errors import (ArtifactError, ConfigFileError, ModelFitError, SpecValidationError, UnknownEntityError,
                      UnsupportedModelError, WattGPUError)
 from .prediction import Interval, Prediction
+from . import bundle
 from .predictor import Predictor, default_predictor
 from .resolve import resolve_pair
 from .rank import Excluded, RankEntry, RankResult, rank

@@ -12,13 +12,8 @@ from .targets import inverse
 from .workload import Workload
 
 Row = tuple[GpuSpec, LlmSpec, Workload]  # the one order everywhere: (gpu, llm, workload)
-Outputs = dict[str, np.ndarray]  # target ("power", "itl") -> physical values
+Outputs = dict[str, np.ndarray]  # target (targets.POWER, targets.ITL) -> physical values
 Evaluate = Callable[..., Outputs]  # (cols, targets=None) -> outputs
-
-
-def columns(rows: Sequence[Row]) -> F.Columns:
-    """The raw feature columns of ``rows`` (see :func:`wattgpu.features.columns`)."""
-    return F.columns(rows)
 
 
 def take(cols: F.Columns, rows: Sequence[int] | np.ndarray, n: int) -> F.Columns:

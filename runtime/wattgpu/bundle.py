@@ -1,25 +1,56 @@
-"""The model bundle: a directory of exported artifacts (schema, ONNX models, catalog), verified on read.
+"""The model bundle: WattGPU's one artifact format, written by export and read by the runtime.
 
-A :class:`ModelBundle` reads from the packaged ``wattgpu/models`` or an explicit directory, checks
-every file against the sha256 recorded in ``feature_schema.json`` before first use, and creates the
-onnxruntime sessions lazily (CPU provider, one intra-op thread for bit-identical results across
-machines). Thread-safe.
+A bundle is a directory holding ``feature_schema.json`` (the manifest), one ONNX file per target and
+the catalog snapshot (``specs.json``). The manifest records every file's sha256; each ONNX file
+carries ``wattgpu.*`` metadata that must agree with the manifest.
+
+Format version and its bump rule
+--------------------------------
+``FORMAT_VERSION`` (stored as the manifest's ``schema_version``) is bumped whenever a reader of the
+previous version would misread or refuse a new bundle: a key added, removed or renamed in any
+section, a value whose meaning or unit changes, a new file in the layout. Changing numbers (a
+retrain, new training rows, another catalog) is *not* a format change. On a bump, either keep a
+reader for the old version in ``READERS`` (and keep its frozen fixture loading in the tests), or
+drop it, in which case such bundles are refused with "made by format version N".
+
+Reading is strict: every section's keys are checked, and a missing or unknown key is an
+:class:`ArtifactError` naming it (so a renamed key cannot silently switch off, say, the
+out-of-range warnings). Free-form maps (hyperparameters, per-source row counts) are marked as such.
 """
 from __future__ import annotations
 
 import json
 import os
 import threading
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from .errors import ArtifactError
-from .schema import SCHEMA_FILE, FeatureSchema, ModelSchema
-from .specs import Catalog, default_catalog, packaged_bytes
+from .features import REGISTRY
+from .specs import CATALOG_RESOURCE, Catalog, default_catalog, packaged_bytes
+from .targets import TARGETS, TRANSFORMS, UNITS
 
 if TYPE_CHECKING:
     from pathlib import Path
 
+FORMAT_VERSION = 1
+SCHEMA_FILE = "feature_schema.json"  # the manifest
 PACKAGED = "wattgpu/models"
+META_PREFIX = "wattgpu."
+
+# ---- the manifest, section by section: key -> (required?, check). Check raises on a bad value.
+MANIFEST_KEYS = ("schema_version", "recipe", "models", "catalog", "training", "intervals", "domain", "producer")
+MODEL_KEYS = ("file", "sha256", "transform", "unit", "input_name", "features", "xgboost_params",
+              "parity_max_rel_diff", "parity_rtol")
+FEATURE_KEYS = ("name", "unit", "description")
+CATALOG_KEYS = ("file", "sha256")
+TRAINING_KEYS = ("measured_only", "targets", "data_dir", "watt_counts")
+TRAINING_TARGET_KEYS = ("rows", "gpus", "llms", "sources", "records_sha256")
+INTERVAL_KEYS = ("factors", "method", "n_residuals")
+DOMAIN_KEYS = ("gpu_ranges", "llm_params_b", "arch_classes", "moe_seen", "quantized_seen", "kinds", "engines", "gpus")
+DOMAIN_GPU_FIELDS = ("tdp_w", "memory_size_gb", "memory_bandwidth_gb_s", "fp16_tflops", "release_year")
+PRODUCER_KEYS = ("python", "xgboost", "onnx", "onnxmltools", "onnxruntime", "numpy")
+
 IntervalFactors = dict[str, tuple[tuple[float, float, float], ...]]
 
 
@@ -31,8 +62,288 @@ def sha256(data: bytes) -> str:
     return digest(data).hexdigest()
 
 
+@dataclass(frozen=True)
+class FeatureInfo:
+    name: str
+    unit: str
+    description: str
+
+
+@dataclass(frozen=True)
+class ModelSchema:
+    """One exported model: its ONNX file, ordered input features, target transform and hash."""
+
+    target: str  # one of targets.TARGETS
+    file: str
+    sha256: str
+    features: tuple[FeatureInfo, ...]
+    transform: str
+    unit: str
+    input_name: str = "input"
+
+    @property
+    def feature_names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in self.features)
+
+
+@dataclass(frozen=True)
+class FeatureSchema:
+    """The parsed manifest of a bundle."""
+
+    schema_version: int
+    recipe: str
+    models: Mapping[str, ModelSchema]
+    catalog_file: str
+    catalog_sha256: str
+    training: Mapping[str, Any]
+    producer: Mapping[str, Any]
+    intervals: Mapping[str, Any]
+    domain: Mapping[str, Any]
+
+    @property
+    def format_version(self) -> int:
+        return self.schema_version
+
+    @classmethod
+    def from_json(cls, raw: bytes, origin: str = SCHEMA_FILE) -> "FeatureSchema":
+        """Parse and check a manifest; any problem raises ArtifactError naming the file, key and fix."""
+        return read_manifest(raw, origin)
+
+
+# ---- strict reading
+class _Reader:
+    """Checks one manifest, naming the file and the key path of the first problem."""
+
+    def __init__(self, origin: str) -> None:
+        self.origin = origin
+
+    def fail(self, where: str, problem: str) -> ArtifactError:
+        return ArtifactError(f"{self.origin}: {where} {problem}; re-export the models or reinstall wattgpu")
+
+    def keys(self, obj: Any, where: str, allowed: tuple[str, ...], optional: tuple[str, ...] = ()) -> Mapping[str, Any]:
+        if not isinstance(obj, dict):
+            raise self.fail(where, f"must be a JSON object, not {type(obj).__name__}")
+        unknown = [k for k in obj if k not in allowed]
+        if unknown:
+            raise self.fail(where, f"has unknown key {unknown[0]!r} (expected {', '.join(allowed)})")
+        missing = [k for k in allowed if k not in obj and k not in optional]
+        if missing:
+            raise self.fail(where, f"is missing key {missing[0]!r}")
+        return obj
+
+    def value(self, obj: Mapping[str, Any], key: str, where: str, ok: Callable[[Any], bool], expected: str) -> Any:
+        v = obj[key]
+        if not ok(v):
+            raise self.fail(f"{where}.{key}", f"= {_short(v)} is invalid; expected {expected}")
+        return v
+
+    def text(self, obj: Mapping[str, Any], key: str, where: str) -> str:
+        return str(self.value(obj, key, where, lambda v: isinstance(v, str), "a string"))
+
+    def file_name(self, obj: Mapping[str, Any], key: str, where: str) -> str:
+        return str(self.value(obj, key, where, _plain_file_name, "a plain file name in the bundle directory"))
+
+    def digest(self, obj: Mapping[str, Any], key: str, where: str) -> str:
+        return str(self.value(obj, key, where, _is_sha256, "a sha256 hex digest"))
+
+    def map_of(self, obj: Any, where: str) -> Mapping[str, Any]:
+        if not isinstance(obj, dict):
+            raise self.fail(where, f"must be a JSON object, not {type(obj).__name__}")
+        return obj
+
+
+def _short(v: Any) -> str:
+    s = repr(v)
+    return s if len(s) <= 60 else s[:57] + "..."
+
+
+def _plain_file_name(f: Any) -> bool:
+    return isinstance(f, str) and bool(f) and "/" not in f and "\\" not in f and f not in (".", "..")
+
+
+def _is_sha256(v: Any) -> bool:
+    return isinstance(v, str) and len(v) == 64 and all(c in "0123456789abcdef" for c in v)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _is_range(v: Any) -> bool:
+    return isinstance(v, list) and len(v) == 2 and all(_is_number(x) for x in v) and v[0] <= v[1]
+
+
+def _is_str_list(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+def read_manifest(raw: bytes, origin: str = SCHEMA_FILE) -> FeatureSchema:
+    """Parse a manifest of any version this runtime reads; other versions are refused by name."""
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        raise ArtifactError(f"{origin}: not valid JSON ({exc}); re-export the models or reinstall wattgpu") from None
+    if not isinstance(data, dict):
+        raise ArtifactError(f"{origin}: expected a JSON object; re-export the models or reinstall wattgpu")
+    version = data.get("schema_version")
+    reader = READERS.get(version) if isinstance(version, int) and not isinstance(version, bool) else None
+    if reader is None:
+        made = f"made by format version {version}" if "schema_version" in data else "has no schema_version"
+        raise ArtifactError(f"{origin}: {made}; this runtime reads format version(s) "
+                            f"{', '.join(map(str, sorted(READERS)))} — use the wattgpu version that made it, "
+                            "or re-export the models with this one")
+    return reader(data, _Reader(origin))
+
+
+def _read_v1(data: Mapping[str, Any], r: _Reader) -> FeatureSchema:
+    r.keys(data, "manifest", MANIFEST_KEYS)
+    recipe = r.text(data, "recipe", "manifest")
+    models: dict[str, ModelSchema] = {}
+    for target, m in r.map_of(data["models"], "models").items():
+        where = f"models.{target}"
+        if target not in TARGETS:
+            raise r.fail("models", f"has unknown target {target!r} (expected one of {', '.join(TARGETS)})")
+        r.keys(m, where, MODEL_KEYS)
+        feats_raw = r.value(m, "features", where, lambda v: isinstance(v, list) and bool(v), "a non-empty list")
+        feats = []
+        for j, f in enumerate(feats_raw):
+            fw = f"{where}.features[{j}]"
+            r.keys(f, fw, FEATURE_KEYS)
+            name = r.text(f, "name", fw)
+            if name not in REGISTRY:
+                raise r.fail(fw, f"names feature {name!r}, which this runtime lacks")
+            feats.append(FeatureInfo(name, r.text(f, "unit", fw), r.text(f, "description", fw)))
+        transform = r.text(m, "transform", where)
+        if transform not in TRANSFORMS:
+            raise r.fail(f"{where}.transform", f"= {transform!r} is an unknown target transform")
+        r.value(m, "xgboost_params", where, lambda v: isinstance(v, dict), "a JSON object (free-form)")
+        for k in ("parity_max_rel_diff", "parity_rtol"):
+            r.value(m, k, where, _is_number, "a number")
+        models[target] = ModelSchema(target=target, file=r.file_name(m, "file", where), sha256=r.digest(m, "sha256", where),
+                                     features=tuple(feats), transform=transform,
+                                     unit=r.value(m, "unit", where, UNITS[target].__eq__, UNITS[target]),
+                                     input_name=r.text(m, "input_name", where))
+    missing = [t for t in TARGETS if t not in models]
+    if missing:
+        raise r.fail("models", f"is missing key {missing[0]!r} (a bundle holds one model per target)")
+    cat = r.keys(data["catalog"], "catalog", CATALOG_KEYS)
+    return FeatureSchema(schema_version=int(data["schema_version"]), recipe=recipe, models=models,
+                         catalog_file=r.file_name(cat, "file", "catalog"), catalog_sha256=r.digest(cat, "sha256", "catalog"),
+                         training=_training(data["training"], r, models), producer=_producer(data["producer"], r),
+                         intervals=_intervals(data["intervals"], r, models), domain=_domain(data["domain"], r))
+
+
+def _training(t: Any, r: _Reader, models: Mapping[str, ModelSchema]) -> Mapping[str, Any]:
+    r.keys(t, "training", TRAINING_KEYS)
+    r.keys(t["targets"], "training.targets", tuple(models))
+    r.value(t, "measured_only", "training", lambda v: isinstance(v, bool), "true or false")
+    r.value(t, "data_dir", "training", lambda v: v is None or isinstance(v, str), "a string or null")
+    r.value(t, "watt_counts", "training", lambda v: v is None or isinstance(v, str), "a string or null")
+    for target, s in r.map_of(t["targets"], "training.targets").items():
+        where = f"training.targets.{target}"
+        r.keys(s, where, TRAINING_TARGET_KEYS)
+        r.value(s, "rows", where, lambda v: isinstance(v, int) and v >= 0, "a row count")
+        r.value(s, "llms", where, lambda v: isinstance(v, int) and v >= 0, "an LLM count")
+        r.value(s, "gpus", where, _is_str_list, "a list of GPU names")
+        r.value(s, "sources", where, lambda v: isinstance(v, dict), "a JSON object (free-form: source -> rows)")
+        r.digest(s, "records_sha256", where)
+    return t
+
+
+def _producer(p: Any, r: _Reader) -> Mapping[str, Any]:
+    r.keys(p, "producer", PRODUCER_KEYS)
+    for k in PRODUCER_KEYS:
+        r.text(p, k, "producer")
+    return p
+
+
+def _intervals(iv: Any, r: _Reader, models: Mapping[str, ModelSchema]) -> Mapping[str, Any]:
+    for target, spec in r.map_of(iv, "intervals").items():
+        where = f"intervals.{target}"
+        if target not in models:
+            raise r.fail("intervals", f"has key {target!r}, which is not a model of this bundle")
+        r.keys(spec, where, INTERVAL_KEYS)
+        r.text(spec, "method", where)
+        r.value(spec, "n_residuals", where, lambda v: isinstance(v, int) and v >= 0, "a count")
+        for level, pair in r.map_of(spec["factors"], f"{where}.factors").items():
+            if not (level.isdigit() and 0 < int(level) < 100):
+                raise r.fail(f"{where}.factors", f"has key {level!r}; expected a coverage level in percent")
+            if not (_is_range(pair) and pair[0] > 0):
+                raise r.fail(f"{where}.factors.{level}", f"= {_short(pair)} is invalid; expected [low, high] factors")
+    return iv
+
+
+def _domain(d: Any, r: _Reader) -> Mapping[str, Any]:
+    r.keys(d, "domain", DOMAIN_KEYS)
+    for field_name, rng in r.map_of(d["gpu_ranges"], "domain.gpu_ranges").items():
+        if field_name not in DOMAIN_GPU_FIELDS:
+            raise r.fail("domain.gpu_ranges", f"has unknown key {field_name!r} (expected {', '.join(DOMAIN_GPU_FIELDS)})")
+        if not _is_range(rng):
+            raise r.fail(f"domain.gpu_ranges.{field_name}", f"= {_short(rng)} is invalid; expected [low, high]")
+    r.value(d, "llm_params_b", "domain", _is_range, "[low, high] billions of parameters")
+    for k in ("arch_classes", "kinds", "engines", "gpus"):
+        r.value(d, k, "domain", _is_str_list, "a list of names")
+    for k in ("moe_seen", "quantized_seen"):
+        r.value(d, k, "domain", lambda v: isinstance(v, bool), "true or false")
+    return d
+
+
+READERS: dict[int, Callable[[Mapping[str, Any], _Reader], FeatureSchema]] = {1: _read_v1}
+
+
+def onnx_metadata(schema: Mapping[str, Any], target: str) -> dict[str, str]:
+    """The ``wattgpu.*`` metadata export stamps into ``target``'s ONNX file, from its manifest dict."""
+    m = schema["models"][target]
+    return {META_PREFIX + "schema_version": str(schema["schema_version"]), META_PREFIX + "target": target,
+            META_PREFIX + "recipe": schema["recipe"], META_PREFIX + "transform": m["transform"],
+            META_PREFIX + "features": ",".join(f["name"] for f in m["features"]),
+            META_PREFIX + "catalog_sha256": schema["catalog"]["sha256"],
+            META_PREFIX + "producer": json.dumps(schema["producer"], sort_keys=True),
+            META_PREFIX + "training": json.dumps(schema["training"].get("targets", {}).get(target, {}), sort_keys=True)}
+
+
+def check_onnx_metadata(meta: Mapping[str, str], schema: FeatureSchema, m: ModelSchema, label: str) -> None:
+    """The ONNX file's stamped metadata must agree with the manifest entry that names it.
+
+    The catalog hash is stamped for provenance only: the catalog may be updated (and re-hashed in the
+    manifest) without retraining."""
+    want = {"schema_version": str(schema.schema_version), "target": m.target, "recipe": schema.recipe,
+            "transform": m.transform, "features": ",".join(m.feature_names)}
+    for key, value in want.items():
+        got = meta.get(META_PREFIX + key)
+        if got is None:
+            raise ArtifactError(f"{label}: ONNX metadata lacks {META_PREFIX}{key}; re-export")
+        if got != value:
+            what = "its feature list differs from" if key == "features" else f"its {META_PREFIX}{key} {got!r} differs from"
+            raise ArtifactError(f"{label}: {what} {SCHEMA_FILE} ({value!r:.60}); re-export")
+
+
+def write_bundle(out_dir: Path, schema: Mapping[str, Any], blobs: Mapping[str, bytes], catalog_bytes: bytes) -> None:
+    """Write a complete bundle after checking that this runtime reads its manifest back.
+
+    ``blobs`` maps ONNX file name → bytes; their hashes and the catalog's must already be in ``schema``."""
+    manifest = (json.dumps(schema, indent=1, sort_keys=True) + "\n").encode("utf-8")
+    parsed = read_manifest(manifest, f"{out_dir}/{SCHEMA_FILE} (about to be written)")
+    for m in parsed.models.values():
+        if m.file not in blobs or sha256(blobs[m.file]) != m.sha256:
+            raise ArtifactError(f"{out_dir}/{m.file}: bytes do not match the manifest's sha256; nothing written")
+    if sha256(catalog_bytes) != parsed.catalog_sha256:
+        raise ArtifactError(f"{out_dir}/{parsed.catalog_file}: bytes do not match the manifest's sha256; nothing written")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for fname, data in blobs.items():
+        (out_dir / fname).write_bytes(data)
+    catalog = out_dir / parsed.catalog_file
+    if not catalog.is_file() or catalog.read_bytes() != catalog_bytes:  # the source may be this very file
+        catalog.write_bytes(catalog_bytes)
+    (out_dir / SCHEMA_FILE).write_bytes(manifest)
+
+
+# ---- the reader the runtime uses
 class ModelBundle:
-    """One exported model set: its schema, catalog and (lazily) onnxruntime sessions."""
+    """One bundle on disk (or the packaged one): its manifest, catalog and lazily created sessions.
+
+    Every file is checked against the manifest's sha256 before first use; onnxruntime sessions use
+    the CPU provider and one intra-op thread (bit-identical results across machines). Thread-safe."""
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
         if path is not None:
@@ -47,7 +358,6 @@ class ModelBundle:
         self._sessions: dict[str, Any] = {}
         self._lock = threading.RLock()  # session() reads .schema while holding it
 
-    # ---- files
     def label(self, name: str) -> str:
         """How messages name a file of this bundle."""
         return f"{self.path or PACKAGED}/{name}"
@@ -63,20 +373,19 @@ class ModelBundle:
                                 "reinstall wattgpu or re-export the models") from None
 
     def read_verified(self, name: str, expected_sha256: str, what: str) -> bytes:
-        """The bytes of ``name`` after checking them against the schema's hash."""
+        """The bytes of ``name`` after checking them against the manifest's hash."""
         data = self.read(name)
         if sha256(data) != expected_sha256:
             raise ArtifactError(f"{self.label(name)}: sha256 does not match {SCHEMA_FILE}; {what}")
         return data
 
-    # ---- sections
     @property
     def schema(self) -> FeatureSchema:
-        """The parsed schema (the catalog's hash is verified with it)."""
+        """The parsed manifest (the catalog's hash is verified with it)."""
         if self._schema is None:
             with self._lock:
                 if self._schema is None:
-                    schema = FeatureSchema.from_json(self.read(SCHEMA_FILE), self.label(SCHEMA_FILE))
+                    schema = read_manifest(self.read(SCHEMA_FILE), self.label(SCHEMA_FILE))
                     self.read_verified(schema.catalog_file, schema.catalog_sha256,
                                        "the catalog was modified — reinstall or re-export")
                     self._schema = schema
@@ -84,20 +393,26 @@ class ModelBundle:
 
     @property
     def catalog(self) -> Catalog:
-        """The GPU/LLM catalog the models were exported with (hash-verified)."""
+        """The GPU/LLM catalog the bundle carries (hash-verified)."""
         if self._catalog is None:
-            if self.path is None:
-                self.schema  # verifies the packaged catalog's hash
-                self._catalog = default_catalog()
+            if self.path is None and self.schema.catalog_file == CATALOG_RESOURCE:
+                self._catalog = default_catalog()  # the same packaged file, verified by .schema
             else:
-                raw = self.read(self.schema.catalog_file)
-                try:
-                    data = json.loads(raw)
-                except ValueError as exc:
-                    raise ArtifactError(f"{self.label(self.schema.catalog_file)}: not valid JSON ({exc}); "
-                                        "reinstall or re-export") from None
-                self._catalog = Catalog.from_json(data)
+                self._catalog = Catalog.from_json(self.catalog_document())
         return self._catalog
+
+    def catalog_document(self) -> dict[str, Any]:
+        """The bundle's catalog as its JSON document (hash-verified), with per-row facts and sources."""
+        raw = self.read_verified(self.schema.catalog_file, self.schema.catalog_sha256,
+                                 "the catalog was modified — reinstall or re-export")
+        try:
+            data = json.loads(raw)
+        except ValueError as exc:
+            raise ArtifactError(f"{self.label(self.schema.catalog_file)}: not valid JSON ({exc}); "
+                                "reinstall or re-export") from None
+        if not isinstance(data, dict):
+            raise ArtifactError(f"{self.label(self.schema.catalog_file)}: expected a JSON object; reinstall or re-export")
+        return data
 
     @property
     def interval_factors(self) -> IntervalFactors:
@@ -106,9 +421,8 @@ class ModelBundle:
             self._factors = parse_interval_factors(self.schema.intervals)
         return self._factors
 
-    # ---- onnxruntime
     def session(self, target: str) -> Any:
-        """The onnxruntime session of ``target`` ("power" or "itl"), created on first use."""
+        """The onnxruntime session of ``target``, created (and checked) on first use."""
         sess = self._sessions.get(target)
         if sess is None:
             with self._lock:
@@ -129,14 +443,12 @@ class ModelBundle:
             sess = ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
         except Exception as exc:  # onnxruntime raises its own exception types
             raise ArtifactError(f"{self.label(m.file)}: onnxruntime cannot load it ({exc.__class__.__name__})") from None
-        meta = sess.get_modelmeta().custom_metadata_map
-        if meta.get("wattgpu.features") != ",".join(m.feature_names):
-            raise ArtifactError(f"{self.label(m.file)}: its feature list differs from {SCHEMA_FILE}; re-export")
+        check_onnx_metadata(sess.get_modelmeta().custom_metadata_map, self.schema, m, self.label(m.file))
         return sess
 
 
-def parse_interval_factors(intervals: Any) -> IntervalFactors:
-    """Parse the schema's calibrated factors once: target -> ((level, low factor, high factor), ...)."""
+def parse_interval_factors(intervals: Mapping[str, Any]) -> IntervalFactors:
+    """The manifest's calibrated factors as target -> ((level, low factor, high factor), ...)."""
     return {target: tuple(sorted((int(level) / 100.0, float(lo), float(hi))
                                  for level, (lo, hi) in spec.get("factors", {}).items()))
             for target, spec in intervals.items() if spec}

@@ -34,19 +34,22 @@ def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+_WL = Workload()  # the defaults live once, on the Workload dataclass
+
+
 def workload_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     opts = [
         click.option("--workload", "kind", type=click.Choice(KINDS), default=None,
                      help="offline: all requests queued; server: Poisson arrivals at --qps; closed_loop: --concurrency "
                           "clients. Default: server when --qps is given, else offline."),
-        click.option("--max-batch", type=int, default=256, show_default=True, help="Engine batch cap (vLLM max_num_seqs)."),
+        click.option("--max-batch", type=int, default=_WL.max_batch, show_default=True, help="Engine batch cap (vLLM max_num_seqs)."),
         click.option("--qps", type=float, default=None, help="Arrival rate in requests/s (server)."),
         click.option("--concurrency", type=float, default=None, help="Concurrent sequences (closed_loop, or a fixed batch)."),
-        click.option("--input-tokens", type=int, default=512, show_default=True),
-        click.option("--output-tokens", type=int, default=256, show_default=True),
-        click.option("--engine", default="vllm", show_default=True, help=f"One of {', '.join(ENGINES)}."),
-        click.option("--gpu-memory-utilization", type=float, default=0.9, show_default=True),
-        click.option("--kv-cache-dtype", type=click.Choice(KV_CACHE_DTYPES), default="auto", show_default=True,
+        click.option("--input-tokens", type=int, default=_WL.input_tokens, show_default=True),
+        click.option("--output-tokens", type=int, default=_WL.output_tokens, show_default=True),
+        click.option("--engine", default=_WL.engine, show_default=True, help=f"One of {', '.join(ENGINES)}."),
+        click.option("--gpu-memory-utilization", type=float, default=_WL.gpu_memory_utilization, show_default=True),
+        click.option("--kv-cache-dtype", type=click.Choice(KV_CACHE_DTYPES), default=_WL.kv_cache_dtype, show_default=True,
                      help="KV-cache element type: auto (16-bit) or fp8 (1 byte)."),
     ]
     for o in reversed(opts):
@@ -102,6 +105,19 @@ def main() -> None:
     """Predict mean GPU power and inter-token latency of serving an LLM on an NVIDIA GPU."""
 
 
+def models_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--models", "models", default=None, metavar="DIR",
+                        help="Model bundle directory (`wattgpu-train fit --out DIR`); default $WATTGPU_MODELS, "
+                             "else the packaged models.")(fn)
+
+
+def _predictor(models: str | None) -> Any:
+    """The predictor over ``--models DIR`` (or $WATTGPU_MODELS, or the packaged bundle)."""
+    from .predictor import Predictor, default_predictor
+
+    return Predictor(models) if models else default_predictor()
+
+
 def price_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     opts = [
         click.option("--usd-per-kwh", type=float, default=None, help="Electricity price; adds $ per million tokens."),
@@ -125,12 +141,13 @@ def price_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--on-error", type=click.Choice(["skip", "stop"]), default="skip", show_default=True,
               help="With --input: skip a bad row (reported with its line, `error` column) or stop at it.")
 @click.option("--json", "as_json", is_flag=True, help="Print stable JSON.")
+@models_option
 @guarded
 def predict(llm: str | None, gpu: str | None, as_json: bool, usd_per_kwh: float | None, gco2_per_kwh: float | None,
-            pue: float, input_csv: str | None, output_csv: str | None, on_error: str, dtype: str, **wl: Any) -> None:
+            pue: float, input_csv: str | None, output_csv: str | None, on_error: str, dtype: str, models: str | None,
+            **wl: Any) -> None:
     """Predict power, ITL, throughput and energy for one LLM on one GPU (or many rows with --input)."""
     from .errors import WattGPUError
-    from .predictor import default_predictor
 
     if input_csv is not None or output_csv is not None:
         if input_csv is None or output_csv is None:
@@ -142,7 +159,7 @@ def predict(llm: str | None, gpu: str | None, as_json: bool, usd_per_kwh: float 
         from .batch import predict_csv
 
         n_ok, n_bad = predict_csv(input_csv, output_csv, on_error=on_error, defaults=make_workload(**wl),
-                                  prices=(usd_per_kwh, gco2_per_kwh, pue),
+                                  prices=(usd_per_kwh, gco2_per_kwh, pue), predictor=_predictor(models),
                                   report=lambda msg: click.echo(msg, err=True))
         click.echo(f"wrote {output_csv}: {n_ok} predictions, {n_bad} rows with errors", err=True)
         return
@@ -150,7 +167,7 @@ def predict(llm: str | None, gpu: str | None, as_json: bool, usd_per_kwh: float 
         raise WattGPUError("give --llm and --gpu (or --input FILE.csv --output FILE.csv)")
     from .quant import with_dtype
 
-    predictor = default_predictor()
+    predictor = _predictor(models)
     workload = make_workload(**wl)
     pred = predictor.predict(gpu, with_dtype(predictor.resolve_llm(llm), dtype), workload)
     p = pred.to_dict()
@@ -202,16 +219,18 @@ def predict(llm: str | None, gpu: str | None, as_json: bool, usd_per_kwh: float 
 @click.option("--json", "as_json", is_flag=True, help="Print stable JSON (keys documented in wattgpu.rank).")
 @click.option("--plot", "plot_path", default=None, type=click.Path(dir_okay=False),
               help="Write an SVG of energy per token vs ITL with the SLA line.")
+@models_option
 @guarded
 def rank_cmd(llm: str, max_itl_ms: float | None, strict: bool, gpus: str | None, sort: str, usd_per_kwh: float | None,
              gco2_per_kwh: float | None, pue: float, as_json: bool, plot_path: str | None, replicas: str | None,
-             dtype: str, **wl: Any) -> None:
+             dtype: str, models: str | None, **wl: Any) -> None:
     """Rank GPUs for serving one LLM: candidates by energy per token, excluded GPUs with the reason."""
     from .rank import rank
 
     names = None if gpus is None else [g.strip() for g in gpus.split(",") if g.strip()]
     res = rank(llm, make_workload(**wl), gpus=names, max_itl_ms=max_itl_ms, strict=strict, sort=sort,
-               usd_per_kwh=usd_per_kwh, gco2_per_kwh=gco2_per_kwh, pue=pue, replicas=replicas, dtype=dtype)
+               usd_per_kwh=usd_per_kwh, gco2_per_kwh=gco2_per_kwh, pue=pue, replicas=replicas, dtype=dtype,
+               predictor=_predictor(models))
     if plot_path:
         from .plot import write_svg
 
@@ -274,30 +293,36 @@ def _print_rank(res: Any) -> None:
 
 
 @main.command()
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Every field, aliases, idle-power basis and each row's sources.")
+@models_option
 @guarded
-def gpus(as_json: bool) -> None:
-    """List the catalog GPUs."""
-    from .specs import default_catalog
+def gpus(as_json: bool, models: str | None) -> None:
+    """List the catalog GPUs (hash-verified like predict): specs, aliases, idle power measured or estimated."""
+    from .listing import gpu_rows
 
-    cat = default_catalog()
+    rows = gpu_rows(_predictor(models).bundle)
     if as_json:
-        click.echo(json.dumps([g.to_dict() for g in cat.gpus], indent=2))
+        click.echo(json.dumps(rows, indent=2))
         return
-    click.echo(f"{'GPU':<52} {'TDP W':>6} {'mem GB':>7} {'BW GB/s':>8} {'FP16 TF':>8} {'year':>5}")
-    for g in cat.gpus:
-        click.echo(f"{g.name:<52} {g.tdp_w:>6.0f} {g.memory_size_gb:>7.0f} {g.memory_bandwidth_gb_s:>8.0f} "
-                   f"{g.fp16_tflops:>8.1f} {g.release_year:>5}")
+    click.echo(f"{'GPU':<52} {'TDP W':>6} {'mem GB':>7} {'BW GB/s':>8} {'FP16 TF':>8} {'year':>5} {'idle W':>12}  aliases")
+    for r in rows:
+        idle = f"{r['idle']['w']:.0f} {'meas' if r['idle']['basis'] == 'measured' else 'est'}"
+        aliases = ", ".join(a for a in r["aliases"] if a != r["name"])
+        click.echo(f"{r['name']:<52} {r['tdp_w']:>6.0f} {r['memory_size_gb']:>7.0f} {r['memory_bandwidth_gb_s']:>8.0f} "
+                   f"{r['fp16_tflops']:>8.1f} {r['release_year']:>5} {idle:>12}  {aliases}")
+    from .server import IDLE_FRACTION_OF_TDP
+
+    click.echo(f"idle W: meas = measured with a model loaded (source in --json); "
+               f"est = {IDLE_FRACTION_OF_TDP:.0%} of TDP (an estimate)")
 
 
 @main.command()
 @click.option("--json", "as_json", is_flag=True)
+@models_option
 @guarded
-def llms(as_json: bool) -> None:
+def llms(as_json: bool, models: str | None) -> None:
     """List the catalog LLMs."""
-    from .specs import default_catalog
-
-    cat = default_catalog()
+    cat = _predictor(models).catalog
     if as_json:
         out = [m.to_dict() for m in cat.llms]
         out += [{"name": n, "unsupported_reason": why} for n, why in cat.unsupported_llms]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -91,7 +91,9 @@ def columns(rows: Iterable[tuple[GpuSpec, LlmSpec, Workload]]) -> Columns:
     """
     rows = list(rows)
     out: Columns = {}
-    for part, keys, values in ((0, _GPU_KEYS, _gpu_values), (1, _LLM_KEYS, _llm_values), (2, _WL_KEYS, _wl_values)):
+    parts: tuple[tuple[int, tuple[str, ...], Callable[[Any], tuple[float, ...]]], ...] = (
+        (0, _GPU_KEYS, _gpu_values), (1, _LLM_KEYS, _llm_values), (2, _WL_KEYS, _wl_values))
+    for part, keys, values in parts:
         specs = list(map(itemgetter(part), rows))
         ids = list(map(id, specs))
         slot: dict[int, int] = {}
@@ -222,7 +224,10 @@ def feature(name: str, unit: str, description: str) -> Callable[[Callable[[Colum
 
 
 def _alias(name: str, column: str, unit: str, description: str) -> None:
-    feature(name, unit, description)(lambda c, _k=column: c[_k])
+    def column_of(c: Columns) -> np.ndarray:
+        return c[column]
+
+    feature(name, unit, description)(column_of)
 
 
 # --- GPU spec-sheet features

@@ -91,6 +91,7 @@ class _Reader:
                   unit: str = "") -> int:
         if lo is None:
             lo, hi, unit = LLM_RANGES[field] if field in LLM_RANGES else (0, _AUX_MAX, unit or "units")
+        assert lo is not None and hi is not None, "give both bounds or neither"
         where = "" if key == field else f" (config key {key!r})"
         expected = f"an integer in [{lo:g}, {hi:g}] {unit}{where}"
         if isinstance(value, bool) or not isinstance(value, (int, float)):

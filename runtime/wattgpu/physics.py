@@ -6,9 +6,12 @@ Units: bytes, seconds, watts; parameters in billions (``*_b``).
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 from . import ops
 
@@ -29,7 +32,7 @@ def kv_budget_bytes(memory_gb: np.ndarray, mem_util: np.ndarray, weights: np.nda
     return usable - weights - ACTIVATION_RESERVE_FRACTION * ops.asarray(memory_gb) * 1e9
 
 
-def max_batch_that_fits(kv_budget: np.ndarray, kv_per_token: np.ndarray, context_tokens: np.ndarray) -> np.ndarray:
+def max_batch_that_fits(kv_budget: np.ndarray, kv_per_token: np.ndarray, context_tokens: np.ndarray | float) -> np.ndarray:
     """Largest number of full-context sequences whose KV cache fits (0 when the weights do not fit)."""
     per_seq = ops.maximum(ops.asarray(kv_per_token) * context_tokens, 1.0)
     return ops.floor(ops.maximum(kv_budget, 0.0) / per_seq)
@@ -113,10 +116,10 @@ def kv_bytes_per_sequence(kv_per_token: np.ndarray, context_tokens: np.ndarray,
     return per_tok * (frac * held + (1.0 - frac) * ctx)
 
 
-def memory_needed_bytes(weights: np.ndarray, memory_gb: np.ndarray, kv_one_sequence: np.ndarray) -> np.ndarray:
+def memory_needed_bytes(weights: ArrayLike, memory_gb: ArrayLike, kv_one_sequence: ArrayLike) -> np.ndarray:
     """Smallest engine memory share that serves one sequence: weights + activation reserve + its KV cache."""
     return (ops.asarray(weights) + ACTIVATION_RESERVE_FRACTION * ops.asarray(memory_gb) * 1e9
-            + kv_one_sequence)
+            + ops.asarray(kv_one_sequence))
 
 
 # ---- server load (Poisson arrivals, continuous batching)

@@ -41,8 +41,14 @@ __all__ = ["Predictor", "default_predictor", "TABLE_FIELDS", "NO_KV_CACHE", "IDL
 class Predictor:
     """Reusable, thread-safe predictor over one exported model set and catalog."""
 
-    def __init__(self, model_dir: str | os.PathLike[str] | None = None, catalog: Catalog | None = None) -> None:
-        self.bundle = ModelBundle(model_dir)
+    def __init__(self, models: str | os.PathLike[str] | None = None, catalog: Catalog | None = None, *,
+                 model_dir: str | os.PathLike[str] | None = None) -> None:
+        """``models``: a bundle directory (``wattgpu-train fit --out DIR``); default ``$WATTGPU_MODELS``,
+        else the packaged models. ``model_dir`` is the 0.1 name of ``models``. ``catalog`` overrides
+        the bundle's catalog for name lookups."""
+        if models is not None and model_dir is not None:
+            raise WattGPUError("models: pass models or model_dir (its old name), not both")
+        self.bundle = ModelBundle(models_dir(models if models is not None else model_dir))
         self._catalog = catalog
 
     @property
@@ -152,12 +158,24 @@ class Predictor:
         return assemble.feature_vectors(self.bundle, triples)
 
 
+MODELS_ENV = "WATTGPU_MODELS"
+
+
+def models_dir(models: str | os.PathLike[str] | None) -> str | os.PathLike[str] | None:
+    """The bundle directory to use: ``models`` if given, else ``$WATTGPU_MODELS`` if set, else None
+    (the packaged bundle)."""
+    if models is not None:
+        return models
+    env = os.environ.get(MODELS_ENV, "").strip()
+    return env or None
+
+
 _DEFAULT: Predictor | None = None
 _DEFAULT_LOCK = threading.Lock()
 
 
 def default_predictor() -> Predictor:
-    """The process-wide predictor over the packaged models (created on first use)."""
+    """The process-wide predictor over ``$WATTGPU_MODELS`` or the packaged models (created on first use)."""
     global _DEFAULT
     if _DEFAULT is None:
         with _DEFAULT_LOCK:

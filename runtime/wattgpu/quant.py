@@ -109,7 +109,7 @@ def parse_quantization(q: Any, base_precision: str, base_bytes: float, entity: s
 def dtype_override(dtype: str) -> Quantisation:
     """The :class:`Quantisation` for a ``--dtype`` choice; unknown names raise naming the field ``dtype``."""
     key = dtype.strip().lower() if isinstance(dtype, str) else None
-    key = DTYPE_ALIASES.get(key, key)  # type: ignore[arg-type]
+    key = DTYPE_ALIASES.get(key, key)  # type: ignore[arg-type,unused-ignore]
     if key not in DTYPE_OVERRIDES:
         raise SpecValidationError("LLM", "dtype", dtype, f"one of {', '.join(DTYPE_OVERRIDES)} (or auto)")
     precision, nbytes, compute, quantized = DTYPE_OVERRIDES[key]

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from . import capacity, fleet
 from .errors import ModelFitError, UnsupportedModelError, WattGPUError
@@ -167,7 +167,7 @@ def _level_key(level: float) -> str:
     return f"{int(round(level * 100))}"
 
 
-def _sort_key(sort: str):
+def _sort_key(sort: str) -> Callable[[RankEntry], tuple[Any, ...]]:
     if sort == "energy":
         return lambda e: (e.j_per_token, e.gpu)
     if sort == "fleet":

@@ -16,6 +16,7 @@ from .energy import energy_figures
 from .flags import model_flags
 from .prediction import Prediction
 from .server import server_mix
+from .targets import ITL, POWER
 from .workload import KINDS
 
 ROW_COLUMNS = ("fit_batch", "roofline_itl_s")  # the feature columns prediction() reads
@@ -35,12 +36,12 @@ def core(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.C
     whole pipeline goes through one call site)."""
     server_learned = "server" in bundle.schema.domain.get("kinds", ())
     out = evaluate(cols)
-    power, itl = out["power"].copy(), out["itl"].copy()
+    power, itl = out[POWER].copy(), out[ITL].copy()
     batch = cols["eff_batch"].copy()
     busy = np.ones(len(rows))
     tokens_per_s = batch / itl
     server = cols["wl_kind_code"] == SERVER_CODE
-    server_rows = list(np.flatnonzero(server))
+    server_rows = [int(k) for k in np.flatnonzero(server)]
     cap = capacity.capacity_table(evaluate, rows, cols, learned=server_learned)
     mix: Mix = {}
     if server_rows:
@@ -50,7 +51,7 @@ def core(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.C
         mix = {int(k): mixed[j] for j, k in enumerate(server_rows)}
         for k, m in mix.items():
             power[k], itl[k], busy[k], batch[k] = m["power"], m["itl"], m["busy"], m["batch"]
-            tokens_per_s[k] = min(rows[k][2].qps, m["max_qps"]) * rows[k][2].output_tokens  # type: ignore[type-var]
+            tokens_per_s[k] = min(rows[k][2].qps, m["max_qps"]) * rows[k][2].output_tokens
     with np.errstate(divide="ignore", invalid="ignore"):
         util = utilization(cols, cap["max_qps"], itl, batch)
         numbers = finish(power, itl, batch, busy, tokens_per_s, cols["gpu_tdp_w"], cols["wl_output_tokens"],
@@ -123,8 +124,8 @@ def prediction(bundle: ModelBundle, i: int, row: Row, cols: F.Columns, numbers: 
         energy_per_request_j=float(numbers["energy_per_request_j"][i]), effective_batch=batch,
         busy_fraction=float(numbers["busy_fraction"][i]), power_method=method, idle_power_w=idle_w,
         idle_power_source=idle_src,
-        power_intervals=intervals(factors.get("power", ()), power, cap=gpu.tdp_w),
-        itl_intervals=intervals(factors.get("itl", ()), itl), baselines=baselines,
+        power_intervals=intervals(factors.get(POWER, ()), power, cap=gpu.tdp_w),
+        itl_intervals=intervals(factors.get(ITL, ()), itl), baselines=baselines,
         warnings=tuple(warnings), max_qps=max_qps, utilization=float(numbers["utilization"][i]),
         max_concurrency=max_conc, overloaded=overloaded)
 

@@ -10,6 +10,7 @@ from . import features as F
 from . import physics
 from .assemble import Evaluate, Row
 from .specs import GpuSpec
+from .targets import ITL, POWER
 
 IDLE_FRACTION_OF_TDP = 0.15  # estimate used only when the catalog has no measured idle power
 SERVER_FIXED_POINT_ITERS = 30
@@ -53,9 +54,9 @@ def server_mix(evaluate: Evaluate, rows: Sequence[Row], cols: F.Columns, learned
     res, batch = state["res"], state["batch"]
     idle, sources = zip(*(idle_power(g) for g, _, _ in rows))
     busy = physics.busy_fraction(conc)
-    power = res["power"] if learned else physics.server_power_mix(np.array(idle), res["power"], conc)
-    return {k: {"power": float(power[k]), "itl": float(res["itl"][k]), "busy": float(busy[k]),
-                "busy_power": float(res["power"][k]), "concurrency": float(conc[k]), "batch": float(batch[k]),
+    power = res[POWER] if learned else physics.server_power_mix(np.array(idle), res[POWER], conc)
+    return {k: {"power": float(power[k]), "itl": float(res[ITL][k]), "busy": float(busy[k]),
+                "busy_power": float(res[POWER][k]), "concurrency": float(conc[k]), "batch": float(batch[k]),
                 "request_s": float(state["request_s"][k]), "idle_w": None if learned else float(idle[k]),
                 "idle_source": None if learned else sources[k], "learned": learned,
                 "idle_estimated": not learned and rows[k][0].idle_power_w is None,

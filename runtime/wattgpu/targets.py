@@ -12,6 +12,12 @@ from . import ops
 
 Columns = Mapping[str, np.ndarray]
 
+# The predicted quantities, named once: mean GPU power and per-sequence inter-token latency.
+POWER = "power"
+ITL = "itl"
+TARGETS = (POWER, ITL)
+UNITS = {POWER: "W", ITL: "s/token"}
+
 # name -> (forward(physical, cols) -> learned, inverse(learned, cols) -> physical, description)
 TRANSFORMS: dict[str, tuple[Callable[[np.ndarray, Columns], np.ndarray], Callable[[np.ndarray, Columns], np.ndarray], str]] = {
     "ratio_to_tdp": (

@@ -9,14 +9,15 @@ import pandas as pd
 
 from wattgpu import features as F
 from wattgpu.specs import Catalog, GpuSpec, LlmSpec
-from wattgpu.targets import forward
+from wattgpu.targets import ITL, POWER, forward
 from wattgpu.workload import Workload
 
 from .records import check_records
 
 # Target column in the records for each model target.
-TARGET_COLUMNS = {"power": "power_w", "itl": "itl_s"}
+TARGET_COLUMNS = {POWER: "power_w", ITL: "itl_s"}
 DEFAULT_INPUT_TOKENS = Workload().input_tokens  # when a source does not record prompt lengths
+DEFAULT_MAX_BATCH = Workload().max_batch  # when a source does not record the engine's batch cap
 
 
 @dataclass
@@ -61,7 +62,7 @@ def workload_of(row: pd.Series) -> Workload:
     max_batch = _num(row["max_batch"])
     return Workload(
         kind=row["kind"],
-        max_batch=int(round(max_batch)) if max_batch else 256,
+        max_batch=int(round(max_batch)) if max_batch else DEFAULT_MAX_BATCH,
         qps=_num(row["qps"]),
         concurrency=_num(row["concurrency"]),
         input_tokens=max(1, int(round(inp))) if inp else DEFAULT_INPUT_TOKENS,

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from wattgpu.specs import Catalog
-from wattgpu.targets import inverse
+from wattgpu.targets import TARGETS, inverse
 
 from . import baselines, metrics
 from .calibrate import LEVELS, grouped_oof, interval_factors
@@ -23,7 +23,6 @@ from .dataset import Dataset, build_dataset
 from .fit import fit_model
 from .recipes import DEFAULT, PAPER, ModelRecipe, Recipe
 
-TARGETS = ("power", "itl")
 SPLITS = ("cv", "logo", "lolo")
 CV_FOLDS = 5
 QUICK_CV_FOLDS = 3

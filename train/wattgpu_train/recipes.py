@@ -9,10 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from wattgpu.targets import ITL, POWER
+
 
 @dataclass(frozen=True)
 class ModelRecipe:
-    target: str  # "power" | "itl"
+    target: str  # wattgpu.targets.POWER or ITL
     features: tuple[str, ...]
     transform: str
     params: dict[str, Any] = field(default_factory=dict)
@@ -26,7 +28,7 @@ class Recipe:
     itl: ModelRecipe
 
     def model(self, target: str) -> ModelRecipe:
-        return {"power": self.power, "itl": self.itl}[target]
+        return {POWER: self.power, ITL: self.itl}[target]
 
 
 BASE_PARAMS: dict[str, Any] = {
@@ -36,15 +38,6 @@ BASE_PARAMS: dict[str, Any] = {
     "base_score": 0.0,  # the intercept lives in the trees, so ONNX reproduces XGBoost bit for bit
     "n_jobs": 1,
 }
-
-_GPU = ("gpu_tdp_w", "gpu_mem_bw_gb_s", "gpu_fp16_tflops", "gpu_mem_gb", "gpu_release_year",
-        "gpu_ridge_flop_per_byte", "gpu_bw_per_tdp", "gpu_tflops_per_tdp")
-_LLM = ("llm_log_params_b", "llm_active_params_b", "llm_layers", "llm_hidden", "llm_kv_heads",
-        "llm_kv_kb_per_token", "llm_is_moe")
-_WL = ("wl_kind_code", "wl_engine_code", "wl_log_eff_batch", "wl_input_tokens", "wl_output_tokens",
-       "wl_kv_cache_gb", "wl_mem_headroom")
-_PHYS = ("bw_latency_s", "compute_latency_s", "log_roofline_itl", "roofline_compute_share",
-         "log_roofline_tok_s_per_w")
 
 DEFAULT = Recipe(
     name="default",
@@ -59,7 +52,7 @@ DEFAULT = Recipe(
     # candidate): LOGO MdAPE 23.9 % -> 20.6 %, LOLO 12.4 % -> 11.3 %, CV 10.2 % -> 10.2 %,
     # LOGO Kendall τ GPU 0.10 -> 0.45.
     power=ModelRecipe(
-        target="power",
+        target=POWER,
         features=("wl_kind_code", "wl_engine_code", "wl_log_eff_batch", "llm_log_params_b",
                   "roofline_compute_share", "log_roofline_itl", "log_roofline_tok_s_per_w"),
         transform="log_ratio_to_duty_power",
@@ -74,7 +67,7 @@ DEFAULT = Recipe(
     # on the evaluation data; reports/accuracy.md says so): LOGO MdAPE 32.7 % -> 26.3 %,
     # LOLO 15.1 % -> 16.7 %, CV 13.0 % -> 13.6 %.
     itl=ModelRecipe(
-        target="itl",
+        target=ITL,
         features=("wl_kind_code", "wl_engine_code", "wl_log_eff_batch", "llm_log_params_b", "llm_layers",
                   "log_roofline_itl", "roofline_compute_share"),
         transform="log_ratio_to_roofline",
@@ -86,7 +79,7 @@ DEFAULT = Recipe(
 PAPER = Recipe(
     name="paper",
     power=ModelRecipe(
-        target="power",
+        target=POWER,
         features=("wl_scenario_code", "llm_log_params_b", "llm_model_type_code", "llm_kv_heads", "llm_layers",
                   "gpu_mem_bw_gb_s", "gpu_boost_base_ratio", "gpu_transistors_million", "gpu_base_clock_mhz",
                   "gpu_release_year", "bw_latency_s"),
@@ -94,7 +87,7 @@ PAPER = Recipe(
         params={**BASE_PARAMS, "n_estimators": 200, "max_depth": 6, "reg_lambda": 150.0},
     ),
     itl=ModelRecipe(
-        target="itl",
+        target=ITL,
         features=("wl_scenario_code", "llm_model_type_code", "llm_params_b", "llm_hidden", "llm_heads",
                   "llm_kv_heads", "llm_layers", "gpu_mem_bw_gb_s", "gpu_mem_gb", "gpu_mem_type_code",
                   "gpu_fp16_tflops", "gpu_release_year", "bw_latency_s", "compute_latency_s"),

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
-UNITS = {"power": "W", "itl": "s/token"}
+from wattgpu.targets import UNITS
+
 PUBLISHED_LABEL = "published, measured on Watt Counts — a different dataset"
 
 

@@ -1,0 +1,141 @@
+"""Training as a library: build the catalog, load measured rows, fit, evaluate and export a bundle.
+
+Every ``wattgpu-train`` command is one call here; a notebook or a test calls the same functions::
+
+    from wattgpu_train.pipeline import load, fit, export
+    data = load("data", "specs.json")
+    result = fit(data)                       # or fit(data, n_estimators=20, intervals=False) for a smoke run
+    export(result, "my-models")              # then: wattgpu predict --models my-models …
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from wattgpu.specs import Catalog
+from wattgpu.targets import TARGETS, inverse
+
+from .calibrate import grouped_oof, interval_factors, training_domain
+from .dataset import Dataset, build_dataset
+from .fit import FittedModel, Progress, fit_model
+from .loading import load_catalog, load_training_records
+from .recipes import RECIPES, Recipe
+
+Log = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class TrainingData:
+    """Measured rows and the catalog they are joined with."""
+
+    records: pd.DataFrame
+    catalog: Catalog
+    specs_path: Path
+    data_dir: Path
+    watt_counts: Path | None = None
+
+
+@dataclass
+class FitResult:
+    """The fitted models of one recipe and every manifest section their bundle needs."""
+
+    recipe: Recipe
+    data: TrainingData
+    datasets: dict[str, Dataset]
+    models: dict[str, FittedModel]
+    summary: dict[str, Any]
+    intervals: dict[str, Any] = field(default_factory=dict)
+    domain: dict[str, Any] = field(default_factory=dict)
+
+    def predict_physical(self, target: str, dataset: Dataset) -> np.ndarray:
+        """This fit's own predictions (XGBoost, physical units) for the rows of ``dataset``."""
+        m = self.models[target]
+        learned = m.predict_learned(dataset.X(m.recipe.features)).astype(np.float64)
+        return inverse(m.recipe.transform, learned, dataset.cols)
+
+
+def build_specs(catalog_dir: str | Path, paper_dir: str | Path, out: str | Path) -> dict[str, Any]:
+    """Write ``specs.json`` from the spec tables in ``catalog_dir`` (and the paper's); returns it."""
+    from .catalog import write_specs
+
+    return write_specs(Path(out), Path(catalog_dir), Path(paper_dir))
+
+
+def load(data_dir: str | Path = "data", specs: str | Path = "specs.json",
+         watt_counts: str | Path | None = None) -> TrainingData:
+    """Every measured training row in ``data_dir`` (plus a Watt Counts file if given) and the catalog."""
+    wc = Path(watt_counts) if watt_counts is not None else None
+    return TrainingData(records=load_training_records(Path(data_dir), wc), catalog=load_catalog(Path(specs)),
+                        specs_path=Path(specs), data_dir=Path(data_dir), watt_counts=wc)
+
+
+def fit(data: TrainingData, recipe: str | Recipe = "default", *, intervals: bool = True,
+        n_estimators: int | None = None, progress: Progress | None = None, log: Log = _quiet,
+        n_jobs: int = 2) -> FitResult:
+    """Fit every target of ``recipe`` on ``data``; with ``intervals``, calibrate leave-one-GPU-out
+    intervals. ``n_estimators`` overrides the recipe's tree count (small values for smoke runs)."""
+    rec = RECIPES[recipe] if isinstance(recipe, str) else recipe
+    if n_estimators is not None:
+        rec = replace(rec, **{t: replace(rec.model(t), params={**rec.model(t).params, "n_estimators": n_estimators})
+                              for t in TARGETS})
+    result = FitResult(recipe=rec, data=data, datasets={}, models={}, summary={})
+    for target in TARGETS:
+        mr = rec.model(target)
+        ds = build_dataset(data.records, data.catalog, target)
+        result.datasets[target] = ds
+        log(f"{target}: {len(ds)} measured rows, {ds.records['gpu'].nunique()} GPUs, "
+            f"{ds.records['llm'].nunique()} LLMs")
+        result.models[target] = fit_model(mr, ds, progress=progress)
+        result.summary[target] = {
+            "rows": len(ds), "gpus": sorted(ds.records["gpu"].unique()), "llms": int(ds.records["llm"].nunique()),
+            "sources": {k: int(v) for k, v in ds.records["source"].value_counts().sort_index().items()},
+            "records_sha256": hashlib.sha256(ds.records.to_csv(index=False).encode()).hexdigest(),
+        }
+        if intervals:
+            log(f"{target}: calibrating intervals (leave-one-GPU-out)")
+            oof = grouped_oof(mr, ds, ds.records["gpu"].to_numpy(), n_jobs=n_jobs)
+            result.intervals[target] = interval_factors(ds.y_physical(target), oof)
+    result.domain = training_domain(result.datasets)
+    return result
+
+
+def export(result: FitResult, out: str | Path) -> dict[str, Any]:
+    """Write ``result`` as a complete, hashed model bundle in ``out`` (ONNX with the parity gate);
+    returns the manifest. Use it with ``wattgpu predict --models OUT`` or ``Predictor(models=OUT)``."""
+    from wattgpu_export.onnx_export import export_models
+
+    matrices = {t: result.datasets[t].X(m.recipe.features) for t, m in result.models.items()}
+    wc = result.data.watt_counts
+    training = {"measured_only": True, "targets": result.summary, "data_dir": str(result.data.data_dir).rstrip("/") + "/",
+                "watt_counts": str(wc) if wc else None}
+    return export_models(recipe_name=result.recipe.name, models=result.models, matrices=matrices,
+                         catalog_path=result.data.specs_path, out_dir=Path(out), training=training,
+                         intervals=result.intervals, domain=result.domain)
+
+
+def evaluate(data: TrainingData, *, quick: bool = False, n_jobs: int = 2, log: Log = _quiet) -> dict[str, Any]:
+    """Score the default recipe, the paper's recipe and the physical baselines under CV / LOGO / LOLO."""
+    from .evaluate import evaluate as run
+
+    return run(data.records, data.catalog, quick=quick, n_jobs=n_jobs, log=log)
+
+
+def reproduce_paper(watt_counts: str | Path, data_dir: str | Path = "data", specs: str | Path = "specs.json", *,
+                    quick: bool = False, n_jobs: int = 2, log: Log = _quiet) -> dict[str, Any]:
+    """The paper's recipe and ours on a Watt Counts file, next to the published tables."""
+    from .paper_repro import reproduce_paper as run
+    from .watt_counts import load_watt_counts_for_catalog
+
+    records = load_watt_counts_for_catalog(Path(watt_counts), Path(data_dir))
+    result = run(records, load_catalog(Path(specs)), quick=quick, n_jobs=n_jobs, log=log)
+    result["source_file"] = Path(watt_counts).name
+    return result

@@ -241,6 +241,7 @@ def bench_one_prediction(predictor: Any, llm: str, gpu: str, pairs: list[tuple[s
         for _ in range(max(20, calls // 20)):  # nothing memoised: capacity grid and warnings recomputed
             memo.specs.clear()
             memo.warnings.clear()
+            memo.capacities.clear()
             t = clock()
             predictor.predict(gpu, llm)
             ts.append(clock() - t)

@@ -354,10 +354,10 @@ def row_vector(names: Sequence[str], c: dict[str, float]) -> list[float]:
     ``np.array(..., dtype=np.float32)`` of it equals the row of :func:`matrix`. Features are memoised
     in ``c`` like :func:`matrix` does. Arithmetic errors (a zero divisor) propagate: the caller falls
     back to the vectorised path, which gives numpy's inf/NaN."""
-    key = names if type(names) is tuple else tuple(names)
-    plan = _PLANS.get(key)
+    names_key = names if type(names) is tuple else tuple(names)
+    plan = _PLANS.get(names_key)
     if plan is None:
-        plan = _PLANS[key] = _plan(key)
+        plan = _PLANS[names_key] = _plan(names_key)
     out = []
     for key, feat in plan:
         v = c.get(key)

@@ -49,7 +49,8 @@ def _probe() -> bool:
     y = np.linspace(-30.0, 10.0, 37)
     base, ex = np.linspace(0.0, 0.999, 11), np.arange(1.0, 600.0, 61.0)
     bb, ee = np.meshgrid(base, ex)
-    checks = [(math.log, np.log, (x,)), (math.exp, np.exp, (y,)), (math.expm1, np.expm1, (-np.abs(y),)),
+    checks: list[tuple[Callable[..., float], Any, tuple[Any, ...]]] = [
+              (math.log, np.log, (x,)), (math.exp, np.exp, (y,)), (math.expm1, np.expm1, (-np.abs(y),)),
               (math.pow, np.power, (bb.ravel(), ee.ravel()))]
     for fn, uf, args in checks:
         want = uf(*args)

@@ -142,6 +142,7 @@ class RowMemo:
     def __init__(self) -> None:
         self.specs: dict[tuple[int, Any], tuple[Any, Any]] = {}
         self.warnings: dict[tuple[int, int, str, str, int], tuple[Any, Any, tuple[str, ...]]] = {}
+        self.capacities: dict[tuple[bool, tuple[Any, ...]], tuple[Any, Any, float]] = {}
 
     def spec(self, obj: Any, make: Callable[[Any], Any]) -> Any:
         """``make(obj)``, computed once per object."""
@@ -172,14 +173,14 @@ class RowMemo:
     def capacity(self, row: Row, learned: bool, compute: Callable[[], float]) -> float:
         """``max_qps`` of a row, computed once per (GPU, LLM, engine set-up): what
         :func:`capacity.capacity_table` keys a capacity on."""
-        key = ("capacity", learned, capacity._key(row, learned))
-        hit = self.specs.get(key)  # type: ignore[call-overload]
+        key = (learned, capacity._key(row, learned))
+        hit = self.capacities.get(key)
         if hit is not None and hit[0] is row[0] and hit[1] is row[1]:
             return hit[2]
-        if len(self.specs) > self.LIMIT:
-            self.specs.clear()
+        if len(self.capacities) > self.LIMIT:
+            self.capacities.clear()
         value = compute()
-        self.specs[key] = (row[0], row[1], value)  # type: ignore[index]
+        self.capacities[key] = (row[0], row[1], value)
         return value
 
 

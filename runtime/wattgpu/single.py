@@ -59,7 +59,7 @@ class _RowRunner:
         """The model's output for one row of scalar columns, in physical units."""
         self.x[0] = F.row_vector(self.names, c)  # float → float32 as the vectorised matrix casts it
         self.run()
-        return inverse(self.transform, float(self.y[0, 0]), c)
+        return float(inverse(self.transform, float(self.y[0, 0]), c))  # type: ignore[arg-type]
 
 
 _LOCAL = threading.local()

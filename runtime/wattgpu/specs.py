@@ -407,7 +407,7 @@ def packaged_bytes(name: str) -> bytes:
             return f.read()
     from importlib import resources  # zipped or otherwise virtual package
 
-    return resources.files("wattgpu").joinpath("models", name).read_bytes()
+    return (resources.files("wattgpu") / "models" / name).read_bytes()
 
 
 @lru_cache(maxsize=1)
@@ -424,6 +424,16 @@ class LazyCatalog(Catalog):
     first needed: a lookup by name builds that one spec; ``gpus``, ``llms`` or a failed lookup (for
     its suggestions) build them all, once, reusing the specs already built. Keeps the ~175 spec
     constructions off the cold start of a process that predicts a few pairs."""
+
+    _gpu_raw: list[Any]
+    _llm_raw: list[Any]
+    _unsupported: tuple[tuple[str, str], ...]
+    _gpu_keys: dict[str, int]
+    _llm_keys: dict[str, int]
+    _built_gpus: list[GpuSpec | None]
+    _built_llms: list[LlmSpec | None]
+    _full: Catalog | None
+    _build_lock: Any
 
     def __init__(self, data: Mapping[str, Any]) -> None:  # noqa: D107 - no dataclass __init__ on purpose
         import threading
@@ -490,11 +500,11 @@ class LazyCatalog(Catalog):
             object.__setattr__(self, "_full", full)
         return full
 
-    gpus = property(lambda self: self._all().gpus)  # type: ignore[assignment]
-    llms = property(lambda self: self._all().llms)  # type: ignore[assignment]
-    unsupported_llms = property(lambda self: self._unsupported)  # type: ignore[assignment]
-    _gpu_index = property(lambda self: self._all()._gpu_index)  # type: ignore[assignment]
-    _llm_index = property(lambda self: self._all()._llm_index)  # type: ignore[assignment]
+    gpus = property(lambda self: self._all().gpus)
+    llms = property(lambda self: self._all().llms)
+    unsupported_llms = property(lambda self: self._unsupported)
+    _gpu_index = property(lambda self: self._all()._gpu_index)
+    _llm_index = property(lambda self: self._all()._llm_index)
 
     def find_gpu(self, name: str) -> GpuSpec | None:
         hit = self._hits.get(("gpu", name))

@@ -175,3 +175,34 @@ def test_clip_and_where_match_numpy() -> None:
             assert _same(ops.clip(x, 0.0, 1.0), float(np.clip(np.full(n, x), 0.0, 1.0)[-1]))
         assert ops.where(x > 0, x, -1.0) == float(np.where(np.float64(x) > 0, x, -1.0)) or math.isnan(x)
     assert isinstance(ops.as_float(True), float) and ops.as_float(np.array([True, False])).tolist() == [1.0, 0.0]
+
+
+def test_scalar_path_is_thread_safe(pred: Predictor) -> None:
+    """Each thread gets its own bound input buffers: concurrent predictions equal sequential ones."""
+    import threading
+
+    cat = pred.catalog
+    pairs = [(g, m) for g in cat.gpus[::5] for m in cat.llms[::20]]
+    want = {}
+    for g, m in pairs:
+        try:
+            want[(g.name, m.name)] = pred.predict(g, m)
+        except Exception as exc:  # noqa: BLE001 - rows that cannot be predicted raise the same either way
+            want[(g.name, m.name)] = type(exc)
+    bad: list[str] = []
+
+    def work(offset: int) -> None:
+        for g, m in pairs[offset:] + pairs[:offset]:
+            try:
+                got = pred.predict(g, m)
+            except Exception as exc:  # noqa: BLE001
+                got = type(exc)
+            if got != want[(g.name, m.name)]:
+                bad.append(f"{g.name} / {m.name}")
+
+    threads = [threading.Thread(target=work, args=(k * 7,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not bad, bad[:5]

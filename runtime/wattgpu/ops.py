@@ -21,7 +21,7 @@ from typing import Any, Callable
 import numpy as np
 
 _Num = (float, int)
-_inf, _nan = math.inf, math.nan
+_INTEGRAL = 4503599627370496.0  # 2**52: every float at least this large is an integer
 
 
 def _np_scalar(ufunc: Callable[..., Any]) -> Callable[..., float]:
@@ -123,8 +123,8 @@ def clip(x: Any, lo: Any, hi: Any) -> Any:
 
 
 def floor(x: Any) -> Any:
-    if isinstance(x, _Num):
-        return float(math.floor(x)) if math.isfinite(x) and x != 0 else float(x)
+    if isinstance(x, _Num):  # |x| >= 2**52 (and inf, NaN, ±0) is already its own floor: no big-int detour
+        return float(math.floor(x)) if -_INTEGRAL < x < _INTEGRAL and x != 0 else float(x)
     return np.floor(x)
 
 

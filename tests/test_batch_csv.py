@@ -76,9 +76,9 @@ def test_thousands_of_rows_in_one_vectorised_pass(tmp_path, monkeypatch):
     calls = []
     orig = Predictor._evaluate
 
-    def counting(self, cols):
+    def counting(self, cols, targets=None):
         calls.append(len(cols["eff_batch"]))
-        return orig(self, cols)
+        return orig(self, cols, targets)
 
     monkeypatch.setattr(Predictor, "_evaluate", counting)
     from wattgpu.batch import predict_csv
@@ -86,9 +86,11 @@ def test_thousands_of_rows_in_one_vectorised_pass(tmp_path, monkeypatch):
     n_ok, n_bad = predict_csv(str(src), str(dst), predictor=Predictor())
     assert (n_ok, n_bad) == (3000, 0)
     # one onnxruntime pass for all rows (chunk size 4096), plus one capacity pass over the distinct engine
-    # set-ups (GPU × batch cap × prompt length here), GRID_POINTS batch sizes each
+    # set-ups (GPU × batch cap × prompt length here), GRID_POINTS batch sizes each (ITL model), plus the
+    # power model at each set-up's chosen batch size
     from wattgpu.capacity import GRID_POINTS
 
-    assert calls[0] == 3000 and len(calls) == 2 and calls[1] <= 3000 * GRID_POINTS
+    assert calls[0] == 3000 and len(calls) == 3 and calls[1] <= 3000 * GRID_POINTS
+    assert calls[2] * GRID_POINTS == calls[1]
     out = _read(dst)
     assert len(out) == 3000 and all(float(r["power_w"]) > 0 for r in out)

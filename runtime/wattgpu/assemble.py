@@ -13,7 +13,7 @@ from .workload import Workload
 
 Row = tuple[GpuSpec, LlmSpec, Workload]  # the one order everywhere: (gpu, llm, workload)
 Outputs = dict[str, np.ndarray]  # target (targets.POWER, targets.ITL) -> physical values
-Evaluate = Callable[[F.Columns], Outputs]
+Evaluate = Callable[..., Outputs]  # (cols, targets=None) -> outputs
 
 
 def take(cols: F.Columns, rows: Sequence[int] | np.ndarray, n: int) -> F.Columns:
@@ -30,11 +30,13 @@ def feature_vectors(bundle: ModelBundle, rows: Sequence[Row]) -> dict[str, np.nd
     return {t: F.matrix(m.feature_names, cols) for t, m in bundle.schema.models.items()}
 
 
-def evaluate(bundle: ModelBundle, cols: F.Columns) -> Outputs:
-    """Run every model of ``bundle`` on ``cols`` and turn its output into physical units."""
+def evaluate(bundle: ModelBundle, cols: F.Columns, targets: Sequence[str] | None = None) -> Outputs:
+    """Run every model of ``bundle`` (or those of ``targets``) on ``cols``; outputs in physical units."""
     res = {}
     matrices: dict[tuple[str, ...], np.ndarray] = {}  # models sharing a feature list share one matrix
     for target, m in bundle.schema.models.items():
+        if targets is not None and target not in targets:
+            continue
         names = m.feature_names
         X = matrices.get(names)
         if X is None:

@@ -19,19 +19,19 @@ out-of-range warnings). Free-form maps (hyperparameters, per-source row counts) 
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import threading
 from dataclasses import dataclass
-from importlib import resources
-from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from .errors import ArtifactError
 from .features import REGISTRY
-from .specs import CATALOG_RESOURCE, Catalog, default_catalog
+from .specs import CATALOG_RESOURCE, Catalog, default_catalog, packaged_bytes
 from .targets import TARGETS, TRANSFORMS, UNITS
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 FORMAT_VERSION = 1
 SCHEMA_FILE = "feature_schema.json"  # the manifest
@@ -56,7 +56,11 @@ IntervalFactors = dict[str, tuple[tuple[float, float, float], ...]]
 
 
 def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+    try:  # the builtin module: no OpenSSL load on the cold-start path
+        from _sha256 import sha256 as digest  # type: ignore[import-not-found]
+    except ImportError:  # Python 3.12+ (_sha2) or a build without it
+        from hashlib import sha256 as digest
+    return digest(data).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -345,7 +349,12 @@ class ModelBundle:
     the CPU provider and one intra-op thread (bit-identical results across machines). Thread-safe."""
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
-        self.path = Path(path) if path is not None else None
+        if path is not None:
+            from pathlib import Path  # only for explicit bundles: keeps pathlib off the cold start
+
+            self.path: Path | None = Path(path)
+        else:
+            self.path = None
         self._schema: FeatureSchema | None = None
         self._catalog: Catalog | None = None
         self._factors: IntervalFactors | None = None
@@ -360,7 +369,7 @@ class ModelBundle:
         """The bytes of one artifact file (ArtifactError naming it when it cannot be read)."""
         try:
             if self.path is None:
-                return (resources.files("wattgpu") / "models" / name).read_bytes()
+                return packaged_bytes(name)
             return (self.path / name).read_bytes()
         except (FileNotFoundError, IsADirectoryError, OSError) as exc:
             raise ArtifactError(f"{self.label(name)}: cannot read model artifact ({exc.__class__.__name__}); "

@@ -42,8 +42,9 @@ def prefill_s(cols: F.Columns) -> np.ndarray:
     return physics.compute_latency_s(cols["gpu_active_params_b"], cols["compute_tflops"]) * cols["wl_input_tokens"]  # per GPU of a TP group
 
 
-def request_time(evaluate: Callable[[F.Columns], dict[str, np.ndarray]], cols: F.Columns, index: np.ndarray,
-                 conc: np.ndarray, cap: np.ndarray, learned: bool) -> dict[str, Any]:
+def request_time(evaluate: Callable[..., dict[str, np.ndarray]], cols: F.Columns, index: np.ndarray,
+                 conc: np.ndarray, cap: np.ndarray, learned: bool,
+                 targets: Sequence[str] | None = None) -> dict[str, Any]:
     """Per-request time in the system at mean concurrency ``conc`` for rows ``index`` of ``cols`` (at
     most ``cap`` sequences decode at once).
 
@@ -56,9 +57,9 @@ def request_time(evaluate: Callable[[F.Columns], dict[str, np.ndarray]], cols: F
     batch = np.minimum(physics.busy_batch(conc), cap)
     level = np.clip(np.minimum(conc, cap), 1e-3, WORKLOAD_MAX_CONCURRENCY) if learned else batch
     at = F.with_concurrency(cols, index, level, closed_loop=not learned)
-    res = evaluate(at)
+    res = evaluate(at) if targets is None else evaluate(at, targets)  # only ``targets`` (ITL suffices for W)
     return {"res": res, "batch": at["eff_batch"] if learned else batch,
-            "request_s": prefill_s(at) + at["wl_output_tokens"] * res["itl"]}
+            "request_s": prefill_s(at) + at["wl_output_tokens"] * res["itl"] if "itl" in res else None}
 
 
 def capacity_table(evaluate: Callable[[F.Columns], dict[str, np.ndarray]], triples: Sequence[tuple[Any, Any, Any]],
@@ -80,11 +81,11 @@ def capacity_table(evaluate: Callable[[F.Columns], dict[str, np.ndarray]], tripl
     steps = np.linspace(0.0, 1.0, GRID_POINTS)
     grid = np.exp(np.log(limit)[:, None] * steps[None, :])  # [rows, points], 1 … limit
     grid[:, -1] = limit
+    # The grid needs the ITL model only (W(b)); power is evaluated below at the chosen point of each row.
     rt = request_time(evaluate, cols, np.repeat(uniq, GRID_POINTS), grid.ravel(), np.repeat(limit, GRID_POINTS),
-                      learned)
+                      learned, targets=("itl",))
     req = rt["request_s"].reshape(n, GRID_POINTS)
     itl = rt["res"]["itl"].reshape(n, GRID_POINTS)
-    power = rt["res"]["power"].reshape(n, GRID_POINTS)
     batch = np.asarray(rt["batch"], dtype=np.float64).reshape(n, GRID_POINTS)
     with np.errstate(divide="ignore", invalid="ignore"):
         lam = np.where(np.isfinite(req) & (req > 0), grid / req, 0.0)
@@ -94,8 +95,14 @@ def capacity_table(evaluate: Callable[[F.Columns], dict[str, np.ndarray]], tripl
         lam = np.where(np.isnan(sla) | (itl[slot] * itl_scale <= sla), lam, 0.0)
     k = np.argmax(lam, axis=1)
     pick = (slot, k)
+    # power at each chosen grid point: the same feature row as in the grid (row-wise models), so the
+    # same value as evaluating the whole grid, at 1/GRID_POINTS of the cost
+    chosen, back = np.unique(slot * GRID_POINTS + k, return_inverse=True)  # distinct (set-up, grid point)
+    cs, ck = chosen // GRID_POINTS, chosen % GRID_POINTS
+    at = request_time(evaluate, cols, uniq[cs], grid[cs, ck], limit[cs], learned, targets=("power",))
     return {"max_qps": lam[np.arange(len(triples)), k], "batch": batch[pick], "concurrency": grid[pick],
-            "itl_s": itl[pick], "power_w": power[pick], "request_s": req[pick], "limit": limit[slot],
+            "itl_s": itl[pick], "power_w": at["res"]["power"][back.reshape(-1)], "request_s": req[pick],
+            "limit": limit[slot],
             "max_concurrency": np.maximum(cols["fit_sequences"], 0.0)}
 
 

@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import math
+from operator import itemgetter
 from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
 
 from . import capacity
 from . import features as F
@@ -25,10 +28,26 @@ def describe(value: Any) -> str:
 
 def check_row_types(rows: Sequence[Any]) -> None:
     """Raise naming the first entry that is not a (GpuSpec, LlmSpec, Workload) tuple."""
+    if _all_rows_ok(rows):
+        return
     for k, t in enumerate(rows):
         if not (isinstance(t, (tuple, list)) and len(t) == 3 and isinstance(t[0], GpuSpec)
                 and isinstance(t[1], LlmSpec) and isinstance(t[2], Workload)):
             raise WattGPUError(f"triples[{k}]: expected a (GpuSpec, LlmSpec, Workload) tuple, got {describe(t)}")
+
+
+def _all_rows_ok(rows: Sequence[Any]) -> bool:
+    """Fast check (C-level maps over the rows, isinstance per distinct object) that every row is a
+    3-tuple/list of (GpuSpec, LlmSpec, Workload); False sends the caller to the row-by-row check."""
+    try:
+        if not set(map(type, rows)) <= {tuple, list} or set(map(len, rows)) - {3}:
+            return False
+        for part, cls in enumerate((GpuSpec, LlmSpec, Workload)):
+            if not all(issubclass(t, cls) for t in set(map(type, map(itemgetter(part), rows)))):
+                return False
+    except TypeError:
+        return False
+    return True
 
 
 def row_errors(rows: Sequence[Row]) -> tuple[list[WattGPUError | None], F.Columns]:
@@ -36,11 +55,19 @@ def row_errors(rows: Sequence[Row]) -> tuple[list[WattGPUError | None], F.Column
     feature columns for reuse."""
     check_row_types(rows)
     cols = F.columns(rows)
-    return [row_error(t, cols, i) for i, t in enumerate(rows)], cols
+    out: list[WattGPUError | None] = [None] * len(rows)
+    no_kv = {id(m) for m in {id(r[1]): r[1] for r in rows}.values() if m.arch_class in NO_KV_CACHE}
+    # rows that may not be predictable: memory does not fit, or a TP group (its shape is checked per row)
+    suspects = set(np.flatnonzero(~(cols["fit_sequences"] >= 1) | (cols["wl_tp"] > 1)).tolist())
+    if no_kv:
+        suspects.update(i for i, r in enumerate(rows) if id(r[1]) in no_kv)
+    for i in sorted(suspects):
+        out[i] = row_error(rows[i], cols, i)
+    return out, cols
 
 
 def row_error(row: Row, cols: F.Columns, i: int) -> WattGPUError | None:
-    """Why row ``i`` cannot be predicted (no KV cache, does not fit in memory), or None."""
+    """Why row ``i`` cannot be predicted (no KV cache, an impossible TP group, does not fit in memory), or None."""
     g, m, w = row
     if m.arch_class in NO_KV_CACHE:
         return UnsupportedModelError(f"{m.name} is {NO_KV_CACHE[m.arch_class]} without attention or KV cache; "

@@ -3,16 +3,23 @@
 ``columns(rows)`` turns (GpuSpec, LlmSpec, Workload) triples into raw numpy columns; each registered
 feature maps those columns to one float64 array; ``matrix(names, cols)`` stacks them in schema order
 as float32 (what XGBoost was trained on and what onnxruntime consumes).
+
+The same definitions evaluate on one row of plain floats: ``row_columns(row)`` and
+``row_vector(names, c)`` are the scalar path of a single prediction. Every formula here (and in
+:mod:`physics`, :mod:`targets`) uses :mod:`ops` or plain arithmetic, so a value is computed by one
+piece of code either way and the two paths give bit-identical float32 inputs (tests/test_scalar_path.py
+checks every registered feature over the catalog).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from . import memory, parallel, physics
+from . import memory, ops, parallel, physics
 from .specs import GpuSpec, LlmSpec, MEMORY_TYPES
 from .workload import ENGINE_ERAS, ENGINES, ITL_STATS, KINDS, Workload
 
@@ -102,21 +109,44 @@ def columns(rows: Iterable[tuple[GpuSpec, LlmSpec, Workload]]) -> Columns:
         (0, _GPU_KEYS, _gpu_values), (1, _LLM_KEYS, _llm_values), (2, _WL_KEYS, _wl_values),
         (0, _GPU_LINK_KEYS, _gpu_link_values), (2, _TP_KEYS, _tp_values))
     for part, keys, values in parts:
+        specs = list(map(itemgetter(part), rows))
+        ids = list(map(id, specs))
         slot: dict[int, int] = {}
-        distinct: list[tuple[float, ...]] = []
-        index = []
-        for r in rows:
-            spec = r[part]
-            k = slot.get(id(spec))
-            if k is None:
-                k = slot[id(spec)] = len(distinct)
-                distinct.append(values(spec))
-            index.append(k)
+        index = [slot.setdefault(i, len(slot)) for i in ids]  # first-seen order
+        by_id = dict(zip(ids, specs))
+        distinct = [values(by_id[i]) for i in slot]
         table = np.array(distinct, dtype=np.float64).reshape(len(distinct), len(keys))
         gathered = table.T[:, np.asarray(index, dtype=np.intp)]  # [keys, rows], each row contiguous
         for j, key in enumerate(keys):
             out[key] = gathered[j]
     return derive(out)
+
+
+def gpu_columns(g: GpuSpec) -> dict[str, float]:
+    """The raw columns one GPU contributes to a row, as floats."""
+    return {**dict(zip(_GPU_KEYS, _gpu_values(g))), **dict(zip(_GPU_LINK_KEYS, _gpu_link_values(g)))}
+
+
+def llm_columns(m: LlmSpec) -> dict[str, float]:
+    """The raw columns one LLM contributes to a row, as floats."""
+    return dict(zip(_LLM_KEYS, _llm_values(m)))
+
+
+def workload_columns(w: Workload) -> dict[str, float]:
+    """The raw columns one workload contributes to a row, as floats."""
+    return {**dict(zip(_WL_KEYS, _wl_values(w))), **dict(zip(_TP_KEYS, _tp_values(w)))}
+
+
+def row_columns(row: tuple[GpuSpec, LlmSpec, Workload],
+                parts: tuple[dict[str, float], dict[str, float], dict[str, float]] | None = None) -> dict[str, float]:
+    """The raw and derived columns of ONE row as plain floats (the scalar twin of :func:`columns`).
+
+    ``parts``: the row's :func:`gpu_columns`, :func:`llm_columns`, :func:`workload_columns` when the
+    caller has them already (they are read-only here)."""
+    g, m, w = row
+    gc, lc, wc = parts if parts is not None else (gpu_columns(g), llm_columns(m), workload_columns(w))
+    c = {**gc, **lc, **wc}
+    return derive(c)  # type: ignore[arg-type,return-value]
 
 
 RAW_KEYS = (*_GPU_KEYS, *_LLM_KEYS, *_WL_KEYS, *_GPU_LINK_KEYS, *_TP_KEYS)
@@ -150,7 +180,7 @@ def derive(c: Columns) -> Columns:
     c["active_weights_bytes"] = parallel.shard(physics.weight_bytes(c["llm_active_params_b"], c["llm_weight_bytes_per_param"]), tp)
     # KV split by KV head over the group; an MLA latent cache (kv_lora_rank > 0) has no heads to split and
     # is held whole by every GPU
-    kv_share = np.where(c["llm_kv_lora_rank"] > 0, 1.0, parallel.kv_shard_fraction(c["llm_num_kv_heads"], tp))
+    kv_share = ops.where(c["llm_kv_lora_rank"] > 0, 1.0, parallel.kv_shard_fraction(c["llm_num_kv_heads"], tp))
     c["kv_per_token"] = memory.kv_bytes_per_token(c["llm_kv_layers"], c["llm_num_kv_heads"], c["llm_head_dim"],
                                                   c["llm_kv_lora_rank"], c["llm_qk_rope_head_dim"],
                                                   c["wl_kv_element_bytes"]) * kv_share
@@ -168,7 +198,7 @@ def derive(c: Columns) -> Columns:
     c["fit_batch"] = physics.max_batch_that_fits(c["kv_budget"], c["kv_per_token"], c["context_tokens"])
     # Matmul peak: the FP8 tensor rate for FP8 (W8A8) models on GPUs that have one, else the 16-bit rate
     # (GPUs without FP8 tensor cores dequantise FP8 weights to 16 bits: weight-only).
-    c["compute_tflops"] = np.where((c["llm_fp8_compute"] > 0) & np.isfinite(c["gpu_fp8_tflops"]),
+    c["compute_tflops"] = ops.where((c["llm_fp8_compute"] > 0) & ops.isfinite(c["gpu_fp8_tflops"]),
                                    c["gpu_fp8_tflops"], c["gpu_fp16_tflops"])
     c["eff_batch"] = physics.effective_batch(c["wl_max_batch"], c["wl_concurrency"], c["wl_num_requests"], c["fit_batch"])
     c["mean_context"] = c["wl_input_tokens"] + 0.5 * c["wl_output_tokens"]
@@ -197,6 +227,8 @@ _OVERHEAD_BY_CODE = np.array([physics.LAYER_OVERHEAD_S.get(e, physics.LAYER_OVER
 
 def _layer_overhead_s(engine_code: np.ndarray) -> np.ndarray:
     """Per-layer step overhead of each row's engine (default figure for an unknown engine)."""
+    if isinstance(engine_code, float):
+        return physics.LAYER_OVERHEAD_DEFAULT_S if engine_code != engine_code else float(_OVERHEAD_BY_CODE[int(engine_code)])
     code = np.asarray(engine_code, dtype=np.float64)
     ok = np.isfinite(code)
     out = np.full(code.shape, physics.LAYER_OVERHEAD_DEFAULT_S)
@@ -274,7 +306,7 @@ _alias("llm_model_type_code", "llm_model_type_code", "ordinal", "config model_ty
 
 @feature("llm_log_params_b", "log(1e9)", "natural log of total parameters in billions")
 def _log_params(c: Columns) -> np.ndarray:
-    return np.log(c["llm_total_params_b"])
+    return ops.log(c["llm_total_params_b"])
 
 
 @feature("llm_weights_gb", "GB", "weight bytes resident on the GPU")
@@ -289,7 +321,7 @@ def _kv_kb(c: Columns) -> np.ndarray:
 
 @feature("llm_is_moe", "bool", "1 for mixture-of-experts models")
 def _is_moe(c: Columns) -> np.ndarray:
-    return (c["llm_num_experts"] > 1).astype(np.float64)
+    return ops.as_float(c["llm_num_experts"] > 1)
 
 
 # --- workload features
@@ -307,12 +339,12 @@ _alias("wl_itl_stat_code", "wl_itl_stat_code", "ordinal", f"ITL statistic in ord
 
 @feature("wl_log_arrival_rate", "log(req/s)", "log of the Poisson arrival rate (server); NaN for offline and closed loop")
 def _log_qps(c: Columns) -> np.ndarray:
-    return np.log(c["wl_qps"])
+    return ops.log(c["wl_qps"])
 
 
 @feature("wl_log_eff_batch", "log(sequences)", "log of the effective decode batch (cap, requests, memory)")
 def _log_batch(c: Columns) -> np.ndarray:
-    return np.log(c["eff_batch"])
+    return ops.log(c["eff_batch"])
 
 
 @feature("wl_kv_cache_gb", "GB", "KV cache held by the effective batch at mean context")
@@ -339,7 +371,7 @@ def _cmp_lat(c: Columns) -> np.ndarray:
 
 @feature("log_roofline_itl", "log(s)", "log of the roofline decode-step time at the effective batch")
 def _log_roof(c: Columns) -> np.ndarray:
-    return np.log(c["roofline_itl_s"])
+    return ops.log(c["roofline_itl_s"])
 
 
 @feature("roofline_compute_share", "ratio", "FLOP time / memory time of one decode step (>1: compute-bound)")
@@ -351,20 +383,20 @@ def _cshare(c: Columns) -> np.ndarray:
 
 @feature("log_roofline_tok_s_per_w", "log(tok/s/W)", "log roofline throughput per watt of TDP")
 def _tok_per_w(c: Columns) -> np.ndarray:
-    return np.log(c["eff_batch"] / c["roofline_itl_s"] / c["gpu_tdp_w"])
+    return ops.log(c["eff_batch"] / c["roofline_itl_s"] / c["gpu_tdp_w"])
 
 
 @feature("log_weight_read_s", "log(s)", "log of the time to read the active weights once at peak bandwidth "
          "(GPU x LLM speed, independent of batch and context)")
 def _log_wread(c: Columns) -> np.ndarray:
-    return np.log(c["active_weights_bytes"] / (c["gpu_memory_bandwidth_gb_s"] * 1e9))
+    return ops.log(c["active_weights_bytes"] / (c["gpu_memory_bandwidth_gb_s"] * 1e9))
 
 
 @feature("log_overhead_share", "log(ratio)", "log of (layers x engine per-layer overhead) / weight-read time: "
          "how launch-bound a decode step is at batch 1 (independent of batch and context)")
 def _log_ovh(c: Columns) -> np.ndarray:
     t = c["active_weights_bytes"] / (c["gpu_memory_bandwidth_gb_s"] * 1e9)
-    return np.log(c["llm_num_layers"] * _layer_overhead_s(c["wl_engine_code"]) / t)
+    return ops.log(c["llm_num_layers"] * _layer_overhead_s(c["wl_engine_code"]) / t)
 
 
 @feature("weights_compute_share", "ratio", "FLOP time of a decode step / time to read the weights once: grows "
@@ -392,13 +424,41 @@ def _comm_share(c: Columns) -> np.ndarray:
 @feature("tp_comm_latency_share", "ratio", "per-call all-reduce latency of a step (2 per layer) / time to read "
          "the GPU's weight shard once: how latency-bound TP makes a step, independent of batch (0 on one GPU)")
 def _comm_latency(c: Columns) -> np.ndarray:
-    calls = parallel.ALLREDUCES_PER_LAYER * c["llm_num_layers"] * np.where(c["wl_tp"] > 1, c["link_latency_s"], 0.0)
+    calls = parallel.ALLREDUCES_PER_LAYER * c["llm_num_layers"] * ops.where(c["wl_tp"] > 1, c["link_latency_s"], 0.0)
     return calls / (c["active_weights_bytes"] / (c["gpu_memory_bandwidth_gb_s"] * 1e9))
 
 
 @feature("tp_log_link_gb_s", "log(GB/s)", "log of the TP group's link bandwidth per direction (NaN on one GPU)")
 def _log_link(c: Columns) -> np.ndarray:
-    return np.where(c["wl_tp"] > 1, np.log(c["link_gb_s"]), np.nan)
+    return ops.where(c["wl_tp"] > 1, ops.log(c["link_gb_s"]), math.nan)
+
+
+def row_vector(names: Sequence[str], c: dict[str, float]) -> list[float]:
+    """The named features of one row (scalar columns from :func:`row_columns`), as floats in order;
+    ``np.array(..., dtype=np.float32)`` of it equals the row of :func:`matrix`. Features are memoised
+    in ``c`` like :func:`matrix` does. Arithmetic errors (a zero divisor) propagate: the caller falls
+    back to the vectorised path, which gives numpy's inf/NaN."""
+    names_key = names if type(names) is tuple else tuple(names)
+    plan = _PLANS.get(names_key)
+    if plan is None:
+        plan = _PLANS[names_key] = _plan(names_key)
+    out = []
+    for key, feat in plan:
+        v = c.get(key)
+        if v is None:
+            v = c[key] = float(feat.fn(c))  # type: ignore[arg-type]
+        out.append(v)
+    return out
+
+
+_PLANS: dict[tuple[str, ...], list[tuple[str, Feature]]] = {}  # names -> (memo key, feature); registry entries never change
+
+
+def _plan(names: Sequence[str]) -> list[tuple[str, Feature]]:
+    missing = [n for n in names if n not in REGISTRY]
+    if missing:
+        raise KeyError(f"unknown feature {missing[0]!r}; known: {sorted(REGISTRY)}")
+    return [("feature:" + n, REGISTRY[n]) for n in names]
 
 
 def matrix(names: Sequence[str], cols: dict[str, np.ndarray]) -> np.ndarray:

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from . import physics
+from . import ops, physics
 from .errors import SpecValidationError
 
 KV_CACHE_DTYPES = {"auto": 2.0, "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0}
@@ -41,26 +41,26 @@ def kv_element_bytes(kv_cache_dtype: str) -> float:
 
 def kv_elements_per_layer(num_kv_heads: Any, head_dim: Any, kv_lora_rank: Any, qk_rope_head_dim: Any) -> np.ndarray:
     """Cached elements per token in one attention layer: MLA latent + RoPE key, else K and V of each KV head."""
-    mla = np.asarray(kv_lora_rank, dtype=np.float64)
-    std = 2.0 * np.asarray(num_kv_heads, dtype=np.float64) * np.asarray(head_dim, dtype=np.float64)
-    return np.where(mla > 0, mla + np.asarray(qk_rope_head_dim, dtype=np.float64), std)
+    mla = ops.asarray(kv_lora_rank)
+    std = 2.0 * ops.asarray(num_kv_heads) * ops.asarray(head_dim)
+    return ops.where(mla > 0, mla + ops.asarray(qk_rope_head_dim), std)
 
 
 def kv_bytes_per_token(kv_layers: Any, num_kv_heads: Any, head_dim: Any, kv_lora_rank: Any = 0.0,
                        qk_rope_head_dim: Any = 0.0, element_bytes: Any = 2.0) -> np.ndarray:
     """KV-cache bytes one token occupies in every attention layer (full-context, no window applied)."""
-    return (np.asarray(kv_layers, dtype=np.float64)
+    return (ops.asarray(kv_layers)
             * kv_elements_per_layer(num_kv_heads, head_dim, kv_lora_rank, qk_rope_head_dim)
-            * np.asarray(element_bytes, dtype=np.float64))
+            * ops.asarray(element_bytes))
 
 
 def sliding_layer_fraction(sliding_window: Any, sliding_layers: Any, kv_layers: Any) -> np.ndarray:
     """Share of KV layers that slide: 0 without a window, ``sliding_layers / kv_layers`` (NaN layers = all)."""
-    win = np.asarray(sliding_window, dtype=np.float64)
-    n = np.asarray(sliding_layers, dtype=np.float64)
-    layers = np.maximum(np.asarray(kv_layers, dtype=np.float64), 1.0)
-    frac = np.where(np.isnan(n), 1.0, np.clip(n / layers, 0.0, 1.0))
-    return np.where(np.isnan(win), 0.0, frac)
+    win = ops.asarray(sliding_window)
+    n = ops.asarray(sliding_layers)
+    layers = ops.maximum(ops.asarray(kv_layers), 1.0)
+    frac = ops.where(ops.isnan(n), 1.0, ops.clip(n / layers, 0.0, 1.0))
+    return ops.where(ops.isnan(win), 0.0, frac)
 
 
 def llm_kv_bytes_per_token(llm: Any, kv_cache_dtype: str = "auto") -> float:

@@ -22,15 +22,14 @@ Gen3/4/5/6). Per-call latencies are round figures from published measurements:
 - PCIe 40 µs: NCCL all_reduce_perf at 8 bytes on 8 PCIe GPUs took 42.6 µs (8×RTX 4090,
   NVIDIA/nccl#1530) and 54.2 µs (8×RTX 3090, NVIDIA/nccl#1439).
 
-Everything is vectorised over numpy arrays (bytes, seconds, GB/s).
+Every formula takes numpy arrays or plain floats alike (:mod:`wattgpu.ops`): bytes, seconds, GB/s.
 """
 from __future__ import annotations
 
 import math
 from typing import Any
 
-import numpy as np
-
+from . import ops
 from .errors import SpecValidationError
 
 TP_CHOICES = (1, 2, 4, 8)  # group sizes `rank --tp auto` tries
@@ -46,59 +45,58 @@ MOE_ASSUMPTION = ("experts sharded with the TP group (each GPU holds 1/N of ever
                   "not modelled)")
 
 
-def shard(values: np.ndarray, tp: np.ndarray) -> np.ndarray:
+def shard(values: Any, tp: Any) -> Any:
     """Per-GPU share of something split evenly over the TP group (weights, FLOPs)."""
-    return np.asarray(values, dtype=np.float64) / np.asarray(tp, dtype=np.float64)
+    return ops.asarray(values) / ops.asarray(tp)
 
 
-def kv_shard_fraction(num_kv_heads: np.ndarray, tp: np.ndarray) -> np.ndarray:
+def kv_shard_fraction(num_kv_heads: Any, tp: Any) -> Any:
     """Share of the KV cache one GPU holds: max(1/N, 1/KV heads) (KV heads replicated when N > KV heads)."""
-    kv = np.maximum(np.asarray(num_kv_heads, dtype=np.float64), 1.0)
-    return np.maximum(1.0 / np.asarray(tp, dtype=np.float64), 1.0 / kv)
+    kv = ops.maximum(ops.asarray(num_kv_heads), 1.0)
+    return ops.maximum(1.0 / ops.asarray(tp), 1.0 / kv)
 
 
-def allreduce_bytes(batch: np.ndarray, hidden: np.ndarray) -> np.ndarray:
+def allreduce_bytes(batch: Any, hidden: Any) -> Any:
     """Bytes of one all-reduce in a decode step: batch × hidden × activation bytes."""
-    return np.asarray(batch, dtype=np.float64) * np.asarray(hidden, dtype=np.float64) * ACTIVATION_BYTES
+    return ops.asarray(batch) * ops.asarray(hidden) * ACTIVATION_BYTES
 
 
-def ring_allreduce_s(nbytes: np.ndarray, tp: np.ndarray, link_gb_s: np.ndarray, latency_s: np.ndarray) -> np.ndarray:
+def ring_allreduce_s(nbytes: Any, tp: Any, link_gb_s: Any, latency_s: Any) -> Any:
     """Ring all-reduce time: 2(N−1)/N × bytes / link bandwidth + per-call latency; 0 for N = 1."""
-    n = np.asarray(tp, dtype=np.float64)
-    t = 2.0 * (n - 1.0) / n * np.asarray(nbytes, dtype=np.float64) / (np.asarray(link_gb_s, dtype=np.float64) * 1e9)
-    return np.where(n > 1.0, t + latency_s, 0.0)
+    n = ops.asarray(tp)
+    t = 2.0 * (n - 1.0) / n * ops.asarray(nbytes) / (ops.asarray(link_gb_s) * 1e9)
+    return ops.where(n > 1.0, t + latency_s, 0.0)
 
 
-def comm_step_s(layers: np.ndarray, batch: np.ndarray, hidden: np.ndarray, tp: np.ndarray, link_gb_s: np.ndarray,
-                latency_s: np.ndarray) -> np.ndarray:
+def comm_step_s(layers: Any, batch: Any, hidden: Any, tp: Any, link_gb_s: Any, latency_s: Any) -> Any:
     """All-reduce time of one decode step: two all-reduces per layer."""
     per_call = ring_allreduce_s(allreduce_bytes(batch, hidden), tp, link_gb_s, latency_s)
-    return ALLREDUCES_PER_LAYER * np.asarray(layers, dtype=np.float64) * per_call
+    return ALLREDUCES_PER_LAYER * ops.asarray(layers) * per_call
 
 
-def pcie_gb_s(pcie_gen: np.ndarray, pcie_lanes: np.ndarray) -> np.ndarray:
+def pcie_gb_s(pcie_gen: Any, pcie_lanes: Any) -> Any:
     """PCIe bandwidth per direction (GB/s) from generation and lanes; NaN when the generation is unknown."""
-    gen = np.asarray(pcie_gen, dtype=np.float64)
-    lanes = np.asarray(pcie_lanes, dtype=np.float64)
-    lanes = np.where(np.isfinite(lanes), lanes, DEFAULT_PCIE_LANES)
-    rate = np.full(gen.shape, np.nan)
+    gen = ops.asarray(pcie_gen)
+    lanes = ops.asarray(pcie_lanes)
+    lanes = ops.where(ops.isfinite(lanes), lanes, float(DEFAULT_PCIE_LANES))
+    rate: Any = math.nan
     for g, r in PCIE_GB_S_PER_LANE.items():
-        rate = np.where(gen == g, r, rate)
+        rate = ops.where(gen == g, r, rate)
     return rate * lanes
 
 
-def link(tp: np.ndarray, nvlink_gb_s: np.ndarray, nvlink_group: np.ndarray, pcie_gen: np.ndarray,
-         pcie_lanes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def link(tp: Any, nvlink_gb_s: Any, nvlink_group: Any, pcie_gen: Any, pcie_lanes: Any) -> tuple[Any, Any, Any]:
     """(bandwidth per direction GB/s, per-call latency s, 1.0 where NVLink) of a group of ``tp`` GPUs.
 
     NVLink when the group fits in the NVLink domain, else PCIe (the ring runs at its slowest link).
+    Floats in, floats out (the one-row path); arrays in, arrays out.
     """
-    n = np.asarray(tp, dtype=np.float64)
-    nv = np.asarray(nvlink_gb_s, dtype=np.float64)
-    on_nvlink = np.isfinite(nv) & (n <= np.asarray(nvlink_group, dtype=np.float64))
-    bw = np.where(on_nvlink, nv / 2.0, pcie_gb_s(pcie_gen, pcie_lanes))
-    lat = np.where(on_nvlink, NVLINK_CALL_LATENCY_S, PCIE_CALL_LATENCY_S)
-    return bw, lat, on_nvlink.astype(np.float64)
+    n = ops.asarray(tp)
+    nv = ops.asarray(nvlink_gb_s)
+    on_nvlink = ops.isfinite(nv) & (n <= ops.asarray(nvlink_group))
+    bw = ops.where(on_nvlink, nv / 2.0, pcie_gb_s(pcie_gen, pcie_lanes))
+    lat = ops.where(on_nvlink, NVLINK_CALL_LATENCY_S, PCIE_CALL_LATENCY_S)
+    return bw, lat, ops.as_float(on_nvlink)
 
 
 def link_name(gpu: Any, tp: int) -> str:
@@ -107,8 +105,7 @@ def link_name(gpu: Any, tp: int) -> str:
         return "none (one GPU)"
     if gpu.nvlink_gb_s and tp <= gpu.nvlink_group:
         return f"NVLink {gpu.nvlink_gb_s / 2:g} GB/s per direction"
-    bw = float(pcie_gb_s(np.array([gpu.pcie_gen if gpu.pcie_gen else np.nan]),
-                         np.array([gpu.pcie_lanes or DEFAULT_PCIE_LANES]))[0])
+    bw = float(pcie_gb_s(float(gpu.pcie_gen) if gpu.pcie_gen else math.nan, float(gpu.pcie_lanes or DEFAULT_PCIE_LANES)))
     return f"PCIe Gen{gpu.pcie_gen} x{gpu.pcie_lanes or DEFAULT_PCIE_LANES} {bw:.1f} GB/s per direction"
 
 

@@ -1,14 +1,19 @@
 """Physical quantities from spec sheets: bytes, FLOPs, roofline times, memory fit, baselines.
 
-Vectorised over numpy arrays so the same code serves one prediction, a catalog ranking and
-training matrices. Units: bytes, seconds, watts; parameters in billions (``*_b``).
+Written with :mod:`wattgpu.ops`, so the same code serves numpy arrays (a batch, a catalog ranking,
+training matrices) and plain floats (the one-row scalar path), with bit-identical results.
+Units: bytes, seconds, watts; parameters in billions (``*_b``).
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
-from numpy.typing import ArrayLike
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+from . import ops
 
 ACTIVATION_RESERVE_FRACTION = 0.05  # of GPU memory kept for activations/CUDA graphs beyond weights + KV
 # Load-scaled TDP baseline factors (paper): offline 0.9, server low 0.2, server high 0.6.
@@ -18,28 +23,28 @@ SERVER_LOW_QPS_MAX = 0.2  # the paper's split between server_low (0.017 qps) and
 
 def weight_bytes(total_params_b: np.ndarray, bytes_per_param: np.ndarray) -> np.ndarray:
     """Bytes of model weights resident on the GPU."""
-    return np.asarray(total_params_b, dtype=np.float64) * 1e9 * bytes_per_param
+    return ops.asarray(total_params_b) * 1e9 * bytes_per_param
 
 
 def kv_budget_bytes(memory_gb: np.ndarray, mem_util: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """Memory left for the KV cache: engine share of GPU memory minus weights and an activation reserve."""
-    usable = np.asarray(memory_gb, dtype=np.float64) * 1e9 * mem_util
-    return usable - weights - ACTIVATION_RESERVE_FRACTION * np.asarray(memory_gb, dtype=np.float64) * 1e9
+    usable = ops.asarray(memory_gb) * 1e9 * mem_util
+    return usable - weights - ACTIVATION_RESERVE_FRACTION * ops.asarray(memory_gb) * 1e9
 
 
 def max_batch_that_fits(kv_budget: np.ndarray, kv_per_token: np.ndarray, context_tokens: np.ndarray | float) -> np.ndarray:
     """Largest number of full-context sequences whose KV cache fits (0 when the weights do not fit)."""
-    per_seq = np.maximum(np.asarray(kv_per_token, dtype=np.float64) * context_tokens, 1.0)
-    return np.floor(np.maximum(kv_budget, 0.0) / per_seq)
+    per_seq = ops.maximum(ops.asarray(kv_per_token) * context_tokens, 1.0)
+    return ops.floor(ops.maximum(kv_budget, 0.0) / per_seq)
 
 
 def effective_batch(max_batch: np.ndarray, concurrency: np.ndarray, num_requests: np.ndarray,
                     fit: np.ndarray) -> np.ndarray:
     """Sequences decoding together: the measured/fixed concurrency if given (NaN = not given), else
     min(batch cap, requests); always capped by what fits in memory, and at least 1."""
-    conc = np.asarray(concurrency, dtype=np.float64)
-    cap = np.where(np.isnan(conc), np.fmin(max_batch, num_requests), conc)
-    return np.maximum(np.fmin(cap, np.maximum(fit, 1.0)), 1.0)
+    conc = ops.asarray(concurrency)
+    cap = ops.where(ops.isnan(conc), ops.fmin(max_batch, num_requests), conc)
+    return ops.maximum(ops.fmin(cap, ops.maximum(fit, 1.0)), 1.0)
 
 
 def decode_step_bytes(weights_active: np.ndarray, weights_total: np.ndarray, batch: np.ndarray,
@@ -49,30 +54,30 @@ def decode_step_bytes(weights_active: np.ndarray, weights_total: np.ndarray, bat
 
     For MoE models a batch of B tokens touches about E·(1-(1-k/E)^B) of the E experts.
     """
-    batch = np.asarray(batch, dtype=np.float64)
-    e = np.maximum(np.asarray(experts, dtype=np.float64), 1.0)
-    k = np.clip(np.asarray(experts_per_tok, dtype=np.float64), 0.0, e)
-    touched = np.where(e > 1.0, 1.0 - np.power(1.0 - k / e, batch), 1.0)
-    w = weights_active + (weights_total - weights_active) * np.where(e > 1.0, (touched * e - k) / np.maximum(e - k, 1.0), 0.0)
+    batch = ops.asarray(batch)
+    e = ops.maximum(ops.asarray(experts), 1.0)
+    k = ops.clip(ops.asarray(experts_per_tok), 0.0, e)
+    touched = ops.where(e > 1.0, 1.0 - ops.power(1.0 - k / e, batch), 1.0)
+    w = weights_active + (weights_total - weights_active) * ops.where(e > 1.0, (touched * e - k) / ops.maximum(e - k, 1.0), 0.0)
     return w + batch * kv_per_token * mean_context
 
 
 def roofline_step_s(step_bytes: np.ndarray, batch: np.ndarray, active_params_b: np.ndarray,
                     bandwidth_gb_s: np.ndarray, fp16_tflops: np.ndarray) -> np.ndarray:
     """Lower bound on one decode step (= per-sequence ITL): max(bytes / bandwidth, FLOPs / peak)."""
-    t_mem = step_bytes / (np.asarray(bandwidth_gb_s, dtype=np.float64) * 1e9)
-    t_flop = 2.0 * np.asarray(active_params_b, dtype=np.float64) * 1e9 * batch / (np.asarray(fp16_tflops, dtype=np.float64) * 1e12)
-    return np.maximum(t_mem, t_flop)
+    t_mem = step_bytes / (ops.asarray(bandwidth_gb_s) * 1e9)
+    t_flop = 2.0 * ops.asarray(active_params_b) * 1e9 * batch / (ops.asarray(fp16_tflops) * 1e12)
+    return ops.maximum(t_mem, t_flop)
 
 
 def bandwidth_latency_s(params_b: np.ndarray, bandwidth_gb_s: np.ndarray) -> np.ndarray:
     """The paper's bandwidth latency: 2·params_B / bandwidth_GB_s (s; fp16 weights read once)."""
-    return 2.0 * np.asarray(params_b, dtype=np.float64) / bandwidth_gb_s
+    return 2.0 * ops.asarray(params_b) / bandwidth_gb_s
 
 
 def compute_latency_s(params_b: np.ndarray, fp16_tflops: np.ndarray) -> np.ndarray:
     """The paper's compute latency: 2·params / FLOPS (s per token at batch 1)."""
-    return 2.0 * np.asarray(params_b, dtype=np.float64) * 1e9 / (np.asarray(fp16_tflops, dtype=np.float64) * 1e12)
+    return 2.0 * ops.asarray(params_b) * 1e9 / (ops.asarray(fp16_tflops) * 1e12)
 
 
 def paper_scenario(kind: str, qps: float | None) -> str:
@@ -101,26 +106,26 @@ def kv_bytes_per_sequence(kv_per_token: np.ndarray, context_tokens: np.ndarray,
     (vLLM's hybrid KV-cache manager does, older versions allocate the full context for every layer).
     ``sliding_window`` NaN or None = no window.
     """
-    per_tok = np.asarray(kv_per_token, dtype=np.float64)
-    ctx = np.asarray(context_tokens, dtype=np.float64)
+    per_tok = ops.asarray(kv_per_token)
+    ctx = ops.asarray(context_tokens)
     if sliding_window is None:
         return per_tok * ctx
-    win = np.asarray(sliding_window, dtype=np.float64)
-    held = np.where(np.isnan(win), ctx, np.fmin(ctx, np.where(np.isnan(win), np.inf, win)))
-    frac = np.clip(np.asarray(sliding_layer_fraction, dtype=np.float64), 0.0, 1.0)
+    win = ops.asarray(sliding_window)
+    held = ops.where(ops.isnan(win), ctx, ops.fmin(ctx, ops.where(ops.isnan(win), np.inf, win)))
+    frac = ops.clip(ops.asarray(sliding_layer_fraction), 0.0, 1.0)
     return per_tok * (frac * held + (1.0 - frac) * ctx)
 
 
 def memory_needed_bytes(weights: ArrayLike, memory_gb: ArrayLike, kv_one_sequence: ArrayLike) -> np.ndarray:
     """Smallest engine memory share that serves one sequence: weights + activation reserve + its KV cache."""
-    return (np.asarray(weights, dtype=np.float64) + ACTIVATION_RESERVE_FRACTION * np.asarray(memory_gb, dtype=np.float64) * 1e9
-            + np.asarray(kv_one_sequence, dtype=np.float64))
+    return (ops.asarray(weights) + ACTIVATION_RESERVE_FRACTION * ops.asarray(memory_gb) * 1e9
+            + ops.asarray(kv_one_sequence))
 
 
 # ---- server load (Poisson arrivals, continuous batching)
 def littles_law_concurrency(qps: np.ndarray, request_s: np.ndarray) -> np.ndarray:
     """Little's law: mean requests in the system L = λ · W (arrival rate × time each request spends)."""
-    return np.asarray(qps, dtype=np.float64) * np.asarray(request_s, dtype=np.float64)
+    return ops.asarray(qps) * ops.asarray(request_s)
 
 
 def busy_fraction(concurrency: np.ndarray) -> np.ndarray:
@@ -129,13 +134,13 @@ def busy_fraction(concurrency: np.ndarray) -> np.ndarray:
     A continuous-batching engine serves every waiting request at once, so it behaves like an M/G/∞
     queue: the number in service is Poisson with mean L, and P(N ≥ 1) = 1 − exp(−L).
     """
-    return -np.expm1(-np.asarray(concurrency, dtype=np.float64))
+    return -ops.expm1(-ops.asarray(concurrency))
 
 
 def busy_batch(concurrency: np.ndarray) -> np.ndarray:
     """Mean number of sequences decoding together while busy: L / P(N ≥ 1) (zero-truncated Poisson), ≥ 1."""
-    c = np.asarray(concurrency, dtype=np.float64)
-    return np.maximum(c / np.maximum(busy_fraction(c), 1e-12), 1.0)
+    c = ops.asarray(concurrency)
+    return ops.maximum(c / ops.maximum(busy_fraction(c), 1e-12), 1.0)
 
 
 def server_power_mix(idle_w: np.ndarray, busy_power_w: np.ndarray, concurrency: np.ndarray) -> np.ndarray:
@@ -143,12 +148,13 @@ def server_power_mix(idle_w: np.ndarray, busy_power_w: np.ndarray, concurrency: 
 
     A busy power below the idle figure (a model/idle-table mismatch) is treated as idle, never negative.
     """
-    idle = np.asarray(idle_w, dtype=np.float64)
-    return idle + busy_fraction(concurrency) * np.maximum(np.asarray(busy_power_w, dtype=np.float64) - idle, 0.0)
+    idle = ops.asarray(idle_w)
+    return idle + busy_fraction(concurrency) * ops.maximum(ops.asarray(busy_power_w) - idle, 0.0)
 
 
-def solve_server_concurrency(qps: np.ndarray, request_time_s: Callable[[np.ndarray], np.ndarray], iters: int = 60,
-                             rtol: float = 1e-6, damping: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
+def solve_server_concurrency(qps: np.ndarray, request_time_s: Callable[..., np.ndarray], iters: int = 60,
+                             rtol: float = 1e-6, damping: float = 0.5,
+                             active_rows: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Fixed point L = λ · T(L) of Little's law, where the per-request time T depends on the batch.
 
     ``request_time_s(L)`` maps an array of concurrencies to per-request times (prefill + output tokens ×
@@ -156,13 +162,27 @@ def solve_server_concurrency(qps: np.ndarray, request_time_s: Callable[[np.ndarr
     stops when it converges and is frozen from then on, so its result does not depend on which other
     rows share the batch. T grows with the batch, so when λ is beyond capacity L diverges; the caller
     checks it against what memory allows.
+
+    With ``active_rows`` it is called as ``request_time_s(L[idx], idx)`` for the rows ``idx`` not yet
+    converged only (T is row-wise, so the result is the same; converged rows cost nothing).
     """
     qps = np.asarray(qps, dtype=np.float64)
-    conc = littles_law_concurrency(qps, request_time_s(np.ones_like(qps)))
+    everyone = np.arange(qps.size)
+
+    def times(conc: np.ndarray, done: np.ndarray) -> np.ndarray:
+        if not active_rows:
+            return request_time_s(conc)
+        idx = everyone[~done]
+        out = np.full(qps.shape, np.nan)
+        out[idx] = request_time_s(conc[idx], idx)
+        return out
+
     done = np.zeros(qps.shape, dtype=bool)
+    conc = littles_law_concurrency(qps, times(np.ones_like(qps), done))
     for _ in range(iters):
-        new = littles_law_concurrency(qps, request_time_s(conc))
-        now = ~done & np.isclose(new, conc, rtol=rtol, atol=1e-9)
+        new = littles_law_concurrency(qps, times(conc, done))
+        with np.errstate(invalid="ignore"):
+            now = ~done & np.isclose(new, conc, rtol=rtol, atol=1e-9)
         conc = np.where(now, new, np.where(done, conc, (1.0 - damping) * conc + damping * new))
         done |= now
         if done.all():
@@ -183,10 +203,10 @@ BUSY_FLOOR_TDP_FRACTION = 0.3
 
 def roofline_duty(roofline_s: np.ndarray, layers: np.ndarray, layer_overhead_s: np.ndarray) -> np.ndarray:
     """Share of a decode step the memory/compute units are busy: roofline time / (roofline + overhead), in (0, 1]."""
-    t = np.asarray(roofline_s, dtype=np.float64)
-    return t / (t + np.asarray(layers, dtype=np.float64) * layer_overhead_s)
+    t = ops.asarray(roofline_s)
+    return t / (t + ops.asarray(layers) * layer_overhead_s)
 
 
 def duty_power_w(tdp_w: np.ndarray, duty: np.ndarray, floor: float = BUSY_FLOOR_TDP_FRACTION) -> np.ndarray:
     """Physical power estimate: P = TDP · (floor + (1 − floor) · duty); between floor·TDP and TDP."""
-    return np.asarray(tdp_w, dtype=np.float64) * (floor + (1.0 - floor) * np.clip(duty, 0.0, 1.0))
+    return ops.asarray(tdp_w) * (floor + (1.0 - floor) * ops.clip(duty, 0.0, 1.0))

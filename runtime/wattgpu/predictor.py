@@ -6,6 +6,7 @@
     assemble.py  rows → feature columns → ONNX → physical outputs
     server.py    Poisson-server physics (Little's law, idle/busy mix)
     results.py   the vectorised numbers and the Prediction of each row
+    single.py    the same definitions on plain floats for one row (Predictor.predict)
 
 Every row tuple and every function takes ``(gpu, llm, workload)`` in that order.
 """
@@ -17,7 +18,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from . import assemble, checks, results
+from . import assemble, checks, results, single
 from .assemble import Row
 from .bundle import ModelBundle, parse_interval_factors
 from .checks import NO_KV_CACHE, context_warnings, domain_warnings
@@ -66,9 +67,10 @@ class Predictor:
     def _session(self, target: str) -> Any:
         return self.bundle.session(target)
 
-    def _evaluate(self, cols: Columns) -> dict[str, np.ndarray]:
-        """Features → ONNX → physical outputs; the single call site of the models."""
-        return assemble.evaluate(self.bundle, cols)
+    def _evaluate(self, cols: Columns, targets: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        """Features → ONNX → physical outputs (every model, or those of ``targets``); the single call
+        site of the models on the vectorised path."""
+        return assemble.evaluate(self.bundle, cols, targets)
 
     # ---- spec resolution
     def resolve_gpu(self, gpu: Any) -> GpuSpec:
@@ -83,7 +85,9 @@ class Predictor:
     def predict(self, gpu: Any, llm: Any, workload: Workload | Mapping[str, Any] | None = None) -> Prediction:
         """Predict one (gpu, llm, workload); the 0.1 order (llm, gpu) still works, with a DeprecationWarning."""
         g, m = resolve_pair(self.catalog, gpu, llm)
-        return self.predict_specs([(g, m, as_workload(workload))])[0]
+        row = (g, m, as_workload(workload))
+        fast = single.predict_one(self.bundle, row)  # plain floats; None → the vectorised path
+        return fast if fast is not None else self.predict_specs([row])[0]
 
     def predict_many(self, rows: Iterable[tuple[Any, Any, Any]]) -> list[Prediction]:
         """Predict many (gpu, llm, workload) rows in one vectorised pass."""
@@ -120,10 +124,13 @@ class Predictor:
         sub = [triples[i] for i in good]
         cols = assemble.take(all_cols, good, len(triples))
         numbers, mix = results.core(self.bundle, self._evaluate, sub, cols)
-        memo: dict[Any, Any] = {}  # per call: domain warnings and workload dicts of repeated specs
+        memo = results.memo_for(self.bundle)  # domain warnings and workload dicts of repeated specs
+        # Python lists: row reads are list indexing, not numpy scalar boxing (same float values)
+        as_lists = {k: v.tolist() for k, v in numbers.items()}
+        row_cols = {k: cols[k].tolist() for k in results.ROW_COLUMNS}
         for k, i in enumerate(good):
             try:
-                out[i] = results.prediction(self.bundle, k, sub[k], cols, numbers, mix.get(k), memo)
+                out[i] = results.prediction(self.bundle, k, sub[k], row_cols, as_lists, mix.get(k), memo)
             except WattGPUError as exc:
                 out[i] = exc
         return out  # type: ignore[return-value]
@@ -140,16 +147,17 @@ class Predictor:
         n = len(triples)
         table = results.empty_table(n)
         errors, all_cols = checks.row_errors(triples) if n else ([], {})
-        good = np.array([i for i, e in enumerate(errors) if e is None], dtype=np.intp)
+        clean = errors.count(None) == n
+        good = np.arange(n) if clean else np.array([i for i, e in enumerate(errors) if e is None], dtype=np.intp)
         if good.size:
-            sub = [triples[i] for i in good]
+            sub = triples if clean else [triples[i] for i in good]
             numbers, _ = results.core(self.bundle, self._evaluate, sub, assemble.take(all_cols, good, n))
             bad = numbers["not_finite"]
             for k in TABLE_FIELDS:
                 table[k][good] = np.where(bad, np.nan, numbers[k])
             for j in np.flatnonzero(bad):
                 errors[good[j]] = checks.not_finite_error(triples[good[j]])
-        table["error"] = [None if e is None else str(e) for e in errors]
+        table["error"] = errors if errors.count(None) == n else [None if e is None else str(e) for e in errors]
         return table
 
     def feature_vectors(self, triples: Sequence[Row]) -> dict[str, np.ndarray]:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from . import capacity, fleet, parallel
@@ -165,10 +166,16 @@ def _entry(p: Prediction, strict: bool, prices: tuple[float | None, float | None
         gpu=p.gpu, power_w=p.power_w, itl_s=p.itl_s, itl_sla_s=itl_sla, throughput_tok_s=p.throughput_tok_s,
         effective_batch=p.effective_batch, busy_fraction=p.busy_fraction, energy=p.energy(*prices),
         power_method=p.power_method, idle_power_w=p.idle_power_w, idle_power_source=p.idle_power_source,
-        power_intervals={f"{int(round(i.level * 100))}": (i.low, i.high) for i in p.power_intervals},
-        itl_intervals={f"{int(round(i.level * 100))}": (i.low, i.high) for i in p.itl_intervals},
+        power_intervals={_level_key(i.level): (i.low, i.high) for i in p.power_intervals},
+        itl_intervals={_level_key(i.level): (i.low, i.high) for i in p.itl_intervals},
         baselines=dict(p.baselines), warnings=p.warnings, max_qps=p.max_qps, utilization=p.utilization,
         max_concurrency=p.max_concurrency, replicas=replicas, qps_per_replica=p.workload.get("qps"), tp=p.tp)
+
+
+@lru_cache(maxsize=64)
+def _level_key(level: float) -> str:
+    """"80" for 0.8: the key of an interval level in the JSON."""
+    return f"{int(round(level * 100))}"
 
 
 def _sort_key(sort: str) -> Callable[[RankEntry], tuple[Any, ...]]:

@@ -78,10 +78,13 @@ def resolve_pair(catalog: Catalog, gpu: Any, llm: Any, stacklevel: int = 3) -> t
     return resolve_gpu(catalog, gpu), resolve_llm(catalog, llm)
 
 
+_DEFAULT_WORKLOAD = Workload()
+
+
 def as_workload(w: Any) -> Workload:
     """A Workload from a Workload, a mapping of its fields, or None (the defaults)."""
     if w is None:
-        return Workload()
+        return _DEFAULT_WORKLOAD  # frozen: one shared instance
     if isinstance(w, Mapping):
         return Workload.from_dict(w)
     if not isinstance(w, Workload):

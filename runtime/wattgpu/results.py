@@ -1,13 +1,14 @@
 """Every number of a prediction, vectorised (``core``), and the per-row results built from it."""
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+import weakref
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from . import capacity
 from . import features as F
-from . import physics
+from . import ops, physics
 from .assemble import Evaluate, Row
 from .bundle import ModelBundle
 from .checks import (capacity_warnings, context_warnings, domain_warnings, intervals, not_finite_error,
@@ -17,7 +18,11 @@ from .flags import model_flags
 from .prediction import Prediction
 from .server import server_mix
 from .targets import ITL, POWER
+from .workload import KINDS
 
+ROW_COLUMNS = ("fit_batch", "roofline_itl_s", "comm_s")  # the feature columns prediction() reads
+SERVER_CODE = float(KINDS.index("server"))  # wl_kind_code of a Poisson-server row
+OFFLINE_CODE = float(KINDS.index("offline"))
 TABLE_FIELDS = ("power_w", "itl_s", "system_s_per_token", "throughput_tok_s", "energy_per_token_j",
                 "energy_per_request_j", "effective_batch", "busy_fraction", "max_qps", "utilization",
                 "max_concurrency")
@@ -36,7 +41,7 @@ def core(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.C
     batch = cols["eff_batch"].copy()
     busy = np.ones(len(rows))
     tokens_per_s = batch / itl
-    server = np.array([w.kind == "server" for _, _, w in rows])
+    server = cols["wl_kind_code"] == SERVER_CODE
     server_rows = [int(k) for k in np.flatnonzero(server)]
     cap = capacity.capacity_table(evaluate, rows, cols, learned=server_learned)
     mix: Mix = {}
@@ -48,53 +53,52 @@ def core(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.C
         for k, m in mix.items():
             power[k], itl[k], busy[k], batch[k] = m["power"], m["itl"], m["busy"], m["batch"]
             tokens_per_s[k] = min(rows[k][2].qps, m["max_qps"]) * rows[k][2].output_tokens
-    util = utilization(rows, cols, cap, itl, batch)
-    tdp = cols["gpu_tdp_w"]
     with np.errstate(divide="ignore", invalid="ignore"):
-        not_finite = ~(np.isfinite(power) & np.isfinite(itl) & (power > 0) & (itl > 0) & (tokens_per_s > 0))
-        capped = np.minimum(power, tdp)
-        s_per_tok = 1.0 / tokens_per_s
-        energy = energy_figures(capped * cols["wl_tp"], s_per_tok, cols["wl_output_tokens"])  # whole TP group
-    numbers = {"power_w": capped, "raw_power_w": power, "itl_s": itl, "effective_batch": batch,
-               "busy_fraction": busy, "throughput_tok_s": tokens_per_s, "system_s_per_token": s_per_tok,
-               "energy_per_token_j": energy["j_per_token"], "energy_per_request_j": energy["j_per_request"],
-               "not_finite": not_finite, "server_learned": server & server_learned,
-               "max_qps": cap["max_qps"], "utilization": util, "max_concurrency": cap["max_concurrency"],
-               "overloaded": (util > 1.0 + 1e-9) & server}
+        util = utilization(cols, cap["max_qps"], itl, batch)
+        numbers = finish(power, itl, batch, busy, tokens_per_s, cols["gpu_tdp_w"], cols["wl_output_tokens"],
+                         server & server_learned, cols["wl_tp"])
+    numbers.update(max_qps=cap["max_qps"], utilization=util, max_concurrency=cap["max_concurrency"],
+                   overloaded=(util > 1.0 + 1e-9) & server)
     return numbers, mix
 
 
-def utilization(rows: Sequence[Row], cols: F.Columns, cap: Mapping[str, np.ndarray], itl: np.ndarray,
-                batch: np.ndarray) -> np.ndarray:
+def finish(power: Any, itl: Any, batch: Any, busy: Any, tokens_per_s: Any, tdp: Any, output_tokens: Any,
+           server_learned: Any, gpus: Any) -> dict[str, Any]:
+    """The numbers of a prediction from the model outputs (power per GPU capped at TDP; energy of the
+    whole group of ``gpus`` GPUs; finiteness); arrays for the vectorised core, floats for the one-row
+    scalar path (:mod:`single`)."""
+    not_finite = ops.logical_not(ops.isfinite(power) & ops.isfinite(itl) & (power > 0) & (itl > 0)
+                                 & (tokens_per_s > 0))
+    capped = ops.minimum(power, tdp)
+    s_per_tok = 1.0 / tokens_per_s
+    energy = energy_figures(capped * gpus, s_per_tok, output_tokens)  # whole TP group
+    return {"power_w": capped, "raw_power_w": power, "itl_s": itl, "effective_batch": batch,
+            "busy_fraction": busy, "throughput_tok_s": tokens_per_s, "system_s_per_token": s_per_tok,
+            "energy_per_token_j": energy["j_per_token"], "energy_per_request_j": energy["j_per_request"],
+            "not_finite": not_finite, "server_learned": server_learned}
+
+
+def utilization(cols: F.Columns, max_qps: Any, itl: Any, batch: Any) -> Any:
     """Offered load ÷ capacity: server qps / max_qps; offline 1 (saturated by definition); closed loop the
-    request rate its clients generate (batch / request time, Little's law) / max_qps."""
-    offered = np.array([w.qps if w.kind == "server" else np.nan for _, _, w in rows], dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        loop = batch / (capacity.prefill_s(cols) + cols["wl_output_tokens"] * itl)
-        offered = np.where(np.isnan(offered), loop, offered)
-        util = offered / cap["max_qps"]
-    offline = np.array([w.kind == "offline" for _, _, w in rows])
-    return np.where(offline, 1.0, util)
+    request rate its clients generate (batch / request time, Little's law) / max_qps. Arrays or one
+    row of floats (the scalar path)."""
+    kind = cols["wl_kind_code"]
+    loop = batch / (capacity.prefill_s(cols) + cols["wl_output_tokens"] * itl)
+    offered = ops.where(kind == SERVER_CODE, cols["wl_qps"], loop)
+    return ops.where(kind == OFFLINE_CODE, 1.0, offered / max_qps)
 
 
 def prediction(bundle: ModelBundle, i: int, row: Row, cols: F.Columns, numbers: Mapping[str, np.ndarray],
-               mix: dict[str, Any] | None, memo: dict[Any, Any] | None = None) -> Prediction:
+               mix: dict[str, Any] | None, memo: "RowMemo | None" = None) -> Prediction:
     """Row ``i`` of the vectorised core as a Prediction, with its warnings and intervals."""
     gpu, llm, wl = row
     if numbers["not_finite"][i]:
         raise not_finite_error(row)
-    memo = {} if memo is None else memo  # keyed by id(): valid only while the call holds the specs
-    wkey = (id(gpu), id(llm), wl.kind, wl.engine)  # all that domain_warnings reads
-    base = memo.get(wkey)
-    if base is None:
-        base = memo[wkey] = (*domain_warnings(bundle.schema.domain, gpu, llm, wl),
-                             *model_flags(llm, gpu, wl.context_tokens))
-    warnings = list(base)
+    memo = memo_for(bundle) if memo is None else memo
+    warnings = list(memo.domain(bundle, gpu, llm, wl))
     warnings.extend(context_warnings(llm, wl))
     warnings.extend(tp_warnings(bundle.schema.domain, gpu, llm, wl))
-    wl_dict = memo.get(id(wl))
-    if wl_dict is None:
-        wl_dict = memo[id(wl)] = wl.to_dict()
+    wl_dict = memo.spec(wl, _workload_dict)
     max_qps, overloaded = float(numbers["max_qps"][i]), bool(numbers["overloaded"][i])
     max_conc = int(numbers["max_concurrency"][i])
     warnings.extend(capacity_warnings(gpu, wl, overloaded, max_qps, int(cols["fit_batch"][i]), max_conc))
@@ -129,6 +133,75 @@ def prediction(bundle: ModelBundle, i: int, row: Row, cols: F.Columns, numbers: 
         warnings=tuple(warnings), max_qps=max_qps, utilization=float(numbers["utilization"][i]),
         max_concurrency=max_conc, overloaded=overloaded,
         tp=wl.tp, allreduce_s_per_step=float(cols["comm_s"][i]))
+
+
+class RowMemo:
+    """What depends only on the spec objects of a row, kept across calls: derived values of one spec
+    (its raw feature columns, a workload's dict) and the domain warnings of a (GPU, LLM, kind, engine).
+
+    Keyed by ``id()`` and holding the objects themselves, so a key can never be reused by another
+    object while it is cached (every hit checks identity); cleared when it grows past ``LIMIT``."""
+
+    LIMIT = 4096
+
+    def __init__(self) -> None:
+        self.specs: dict[tuple[int, Any], tuple[Any, Any]] = {}
+        self.warnings: dict[tuple[int, int, str, str, int], tuple[Any, Any, tuple[str, ...]]] = {}
+        self.capacities: dict[tuple[bool, tuple[Any, ...]], tuple[Any, Any, float]] = {}
+
+    def spec(self, obj: Any, make: Callable[[Any], Any]) -> Any:
+        """``make(obj)``, computed once per object."""
+        key = (id(obj), make)
+        hit = self.specs.get(key)
+        if hit is not None and hit[0] is obj:
+            return hit[1]
+        if len(self.specs) > self.LIMIT:
+            self.specs.clear()
+        value = make(obj)
+        self.specs[key] = (obj, value)
+        return value
+
+    def domain(self, bundle: ModelBundle, gpu: Any, llm: Any, wl: Any) -> tuple[str, ...]:
+        """The domain warnings and model flags of a row (they read the specs, the workload kind,
+        engine and context length only)."""
+        key = (id(gpu), id(llm), wl.kind, wl.engine, wl.context_tokens)
+        hit = self.warnings.get(key)
+        if hit is not None and hit[0] is gpu and hit[1] is llm:
+            return hit[2]
+        if len(self.warnings) > self.LIMIT:
+            self.warnings.clear()
+        base = (*domain_warnings(bundle.schema.domain, gpu, llm, wl), *model_flags(llm, gpu, wl.context_tokens))
+        self.warnings[key] = (gpu, llm, base)
+        return base
+
+
+    def capacity(self, row: Row, learned: bool, compute: Callable[[], float]) -> float:
+        """``max_qps`` of a row, computed once per (GPU, LLM, engine set-up): what
+        :func:`capacity.capacity_table` keys a capacity on."""
+        key = (learned, capacity._key(row, learned))
+        hit = self.capacities.get(key)
+        if hit is not None and hit[0] is row[0] and hit[1] is row[1]:
+            return hit[2]
+        if len(self.capacities) > self.LIMIT:
+            self.capacities.clear()
+        value = compute()
+        self.capacities[key] = (row[0], row[1], value)
+        return value
+
+
+def _workload_dict(wl: Any) -> dict[str, Any]:
+    return wl.to_dict()  # prediction() copies it into each Prediction
+
+
+_MEMOS: "weakref.WeakKeyDictionary[ModelBundle, RowMemo]" = weakref.WeakKeyDictionary()
+
+
+def memo_for(bundle: ModelBundle) -> RowMemo:
+    """The bundle's RowMemo (its domain warnings depend on the bundle's schema)."""
+    memo = _MEMOS.get(bundle)
+    if memo is None:
+        memo = _MEMOS.setdefault(bundle, RowMemo())
+    return memo
 
 
 def empty_table(n: int) -> dict[str, Any]:

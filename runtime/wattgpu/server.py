@@ -37,15 +37,20 @@ def server_mix(evaluate: Evaluate, rows: Sequence[Row], cols: F.Columns, learned
     index = np.arange(len(rows))
     state: dict[str, Any] = {}
 
-    def request_time(conc: np.ndarray) -> np.ndarray:
-        state.update(capacity_mod.request_time(evaluate, cols, index, conc, cap, learned))
+    def request_time(conc: np.ndarray, idx: np.ndarray | None = None,
+                     targets: tuple[str, ...] | None = ("itl",)) -> np.ndarray:
+        """Per-request time of the rows ``idx`` (all when None) at concurrency ``conc``. The iterations
+        need the ITL model only; the final call (``targets=None``) runs every model."""
+        rows_at = index if idx is None else index[idx]
+        state.update(capacity_mod.request_time(evaluate, cols, rows_at, conc, cap if idx is None else cap[idx],
+                                               learned, targets))
         return state["request_s"]
 
     over = qps > capacity["max_qps"] * (1.0 + 1e-9)
     conc, converged = physics.solve_server_concurrency(np.where(over, capacity["max_qps"], qps), request_time,
-                                                       iters=SERVER_FIXED_POINT_ITERS)
+                                                       iters=SERVER_FIXED_POINT_ITERS, active_rows=True)
     conc = np.where(over, capacity["concurrency"], conc)
-    request_time(conc)  # the predictions at the solved (or saturated) concurrency
+    request_time(conc, None, None)  # every model at the solved (or saturated) concurrency
     res, batch = state["res"], state["batch"]
     idle, sources = zip(*(idle_power(g) for g, _, _ in rows))
     busy = physics.busy_fraction(conc)

@@ -1,12 +1,11 @@
 """GPU and LLM descriptions (frozen dataclasses) and the packaged catalog with alias/fuzzy lookup."""
 from __future__ import annotations
 
-import difflib
 import json
 import math
+import os
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
-from importlib import resources
 from typing import Any, Mapping
 
 from .errors import ArtifactError, SpecValidationError, UnknownEntityError, UnsupportedModelError, require_type
@@ -357,6 +356,7 @@ class Catalog:
     unsupported_llms: tuple[tuple[str, str], ...] = ()  # (name, why WattGPU cannot model it)
     _gpu_index: dict[str, GpuSpec] = field(repr=False, compare=False, default_factory=dict)
     _llm_index: dict[str, LlmSpec] = field(repr=False, compare=False, default_factory=dict)
+    _hits: dict[tuple[str, str], Any] = field(repr=False, compare=False, default_factory=dict)  # exact spelling -> spec
 
     def __post_init__(self) -> None:
         for g in self.gpus:
@@ -381,13 +381,25 @@ class Catalog:
 
     def find_gpu(self, name: str) -> GpuSpec | None:
         """The GPU whose name or alias matches ``name`` (case-insensitive), or None."""
-        require_type("gpu", name, str, "a GPU name (str)")
-        return self._gpu_index.get(_norm_gpu(name))
+        if type(name) is not str:
+            require_type("gpu", name, str, "a GPU name (str)")
+        hit = self._hits.get(("gpu", name))
+        if hit is None:
+            hit = self._gpu_index.get(_norm_gpu(name))
+            if hit is not None and len(self._hits) < 4096:
+                self._hits[("gpu", name)] = hit
+        return hit
 
     def find_llm(self, name: str) -> LlmSpec | None:
         """The supported LLM whose id matches ``name`` (case-insensitive), or None."""
-        require_type("llm", name, str, "an LLM id (str)")
-        return self._llm_index.get(_norm(name))
+        if type(name) is not str:
+            require_type("llm", name, str, "an LLM id (str)")
+        hit = self._hits.get(("llm", name))
+        if hit is None:
+            hit = self._llm_index.get(_norm(name))
+            if hit is not None and len(self._hits) < 4096:
+                self._hits[("llm", name)] = hit
+        return hit
 
     def gpu(self, name: str) -> GpuSpec:
         """Find a GPU by name or alias (case-insensitive); unknown names raise with close matches."""
@@ -410,6 +422,8 @@ class Catalog:
 
     @staticmethod
     def _suggest(name: str, index: Mapping[str, Any]) -> list[str]:
+        import difflib  # only to suggest names after a miss
+
         keys = difflib.get_close_matches(_norm(name), list(index), n=6, cutoff=0.5)
         seen: list[str] = []
         for k in keys:
@@ -419,20 +433,160 @@ class Catalog:
         return seen[:3]
 
 
+def packaged_bytes(name: str) -> bytes:
+    """The bytes of ``wattgpu/models/<name>``: a plain file read when the package is on disk (no
+    importlib.resources/pathlib import on the cold-start path), importlib.resources otherwise."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models", name)
+    if os.path.isfile(path):
+        with open(path, "rb") as f:
+            return f.read()
+    from importlib import resources  # zipped or otherwise virtual package
+
+    return (resources.files("wattgpu") / "models" / name).read_bytes()
+
+
 @lru_cache(maxsize=1)
 def catalog_json_bytes() -> bytes:
     """Raw bytes of the packaged catalog snapshot."""
     try:
-        return (resources.files("wattgpu") / "models" / CATALOG_RESOURCE).read_bytes()
+        return packaged_bytes(CATALOG_RESOURCE)
     except (FileNotFoundError, OSError) as exc:
         raise ArtifactError(f"wattgpu/models/{CATALOG_RESOURCE} is missing ({exc}); reinstall wattgpu") from None
 
 
+class LazyCatalog(Catalog):
+    """A :class:`Catalog` over parsed catalog JSON that builds (and validates) a spec only when it is
+    first needed: a lookup by name builds that one spec; ``gpus``, ``llms`` or a failed lookup (for
+    its suggestions) build them all, once, reusing the specs already built. Keeps the ~175 spec
+    constructions off the cold start of a process that predicts a few pairs."""
+
+    _gpu_raw: list[Any]
+    _llm_raw: list[Any]
+    _unsupported: tuple[tuple[str, str], ...]
+    _gpu_keys: dict[str, int]
+    _llm_keys: dict[str, int]
+    _built_gpus: list[GpuSpec | None]
+    _built_llms: list[LlmSpec | None]
+    _full: Catalog | None
+    _build_lock: Any
+
+    def __init__(self, data: Mapping[str, Any]) -> None:  # noqa: D107 - no dataclass __init__ on purpose
+        import threading
+
+        setattr_ = object.__setattr__
+        try:
+            gpu_raw = [g["spec"] for g in data["gpus"]]
+            llm_raw = [m for m in data["llms"] if m["spec"]]
+            unsupported = tuple((m["name"], m["unsupported_reason"]) for m in data["llms"] if not m["spec"])
+            gpu_keys: dict[str, int] = {}
+            for i, g in enumerate(gpu_raw):
+                for key in (g["name"], *g.get("aliases", ())):
+                    gpu_keys.setdefault(_norm_gpu(key), i)
+            llm_keys: dict[str, int] = {}
+            for i, m in enumerate(llm_raw):
+                name = m["spec"]["name"]
+                llm_keys.setdefault(_norm(name), i)
+                llm_keys.setdefault(_norm(name.split("/", 1)[-1]), i)
+            version = str(data["catalog_version"])
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ArtifactError(f"specs.json: malformed catalog ({exc!r}); reinstall wattgpu or rebuild the catalog") from None
+        for k, v in (("version", version), ("_unsupported", unsupported), ("_gpu_raw", gpu_raw), ("_llm_raw", llm_raw),
+                     ("_gpu_keys", gpu_keys), ("_llm_keys", llm_keys), ("_built_gpus", [None] * len(gpu_raw)),
+                     ("_built_llms", [None] * len(llm_raw)), ("_full", None), ("_hits", {}),
+                     ("_build_lock", threading.Lock())):
+            setattr_(self, k, v)
+
+    def _gpu_at(self, i: int) -> GpuSpec:
+        spec = self._built_gpus[i]
+        if spec is None:
+            with self._build_lock:
+                spec = self._built_gpus[i]
+                if spec is None:
+                    raw = self._gpu_raw[i]
+                    spec = self._built_gpus[i] = self._build(GpuSpec, raw, f"catalog GPU {raw.get('name')!r}")
+        return spec
+
+    def _llm_at(self, i: int) -> LlmSpec:
+        spec = self._built_llms[i]
+        if spec is None:
+            with self._build_lock:
+                spec = self._built_llms[i]
+                if spec is None:
+                    raw = self._llm_raw[i]
+                    spec = self._built_llms[i] = self._build(LlmSpec, raw["spec"], f"catalog LLM {raw['name']!r}")
+        return spec
+
+    @staticmethod
+    def _build(cls: Any, raw: Any, entity: str) -> Any:
+        try:
+            return cls.from_dict(raw, entity=entity)
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ArtifactError(f"specs.json: malformed catalog ({exc!r}); reinstall wattgpu or rebuild the catalog") from None
+        except SpecValidationError as exc:
+            raise ArtifactError(f"specs.json: invalid catalog entry ({exc}); reinstall wattgpu or rebuild the catalog") from None
+
+    def _all(self) -> Catalog:
+        """The fully built catalog (same spec objects as the lookups returned)."""
+        full = self._full
+        if full is None:
+            full = Catalog(version=self.version, gpus=tuple(self._gpu_at(i) for i in range(len(self._gpu_raw))),
+                           llms=tuple(self._llm_at(i) for i in range(len(self._llm_raw))),
+                           unsupported_llms=self._unsupported)
+            object.__setattr__(self, "_full", full)
+        return full
+
+    gpus = property(lambda self: self._all().gpus)
+    llms = property(lambda self: self._all().llms)
+    unsupported_llms = property(lambda self: self._unsupported)
+    _gpu_index = property(lambda self: self._all()._gpu_index)
+    _llm_index = property(lambda self: self._all()._llm_index)
+
+    def find_gpu(self, name: str) -> GpuSpec | None:
+        if type(name) is not str:
+            require_type("gpu", name, str, "a GPU name (str)")
+        hit = self._hits.get(("gpu", name))
+        if hit is None:
+            i = self._gpu_keys.get(_norm_gpu(name))
+            if i is None:
+                return None
+            hit = self._gpu_at(i)
+            if len(self._hits) < 4096:
+                self._hits[("gpu", name)] = hit
+        return hit
+
+    def find_llm(self, name: str) -> LlmSpec | None:
+        if type(name) is not str:
+            require_type("llm", name, str, "an LLM id (str)")
+        hit = self._hits.get(("llm", name))
+        if hit is None:
+            i = self._llm_keys.get(_norm(name))
+            if i is None:
+                return None
+            hit = self._llm_at(i)
+            if len(self._hits) < 4096:
+                self._hits[("llm", name)] = hit
+        return hit
+
+    def gpu(self, name: str) -> GpuSpec:
+        return self.find_gpu(name) or self._all().gpu(name)
+
+    def llm(self, name: str) -> LlmSpec:
+        return self.find_llm(name) or self._all().llm(name)
+
+    def __eq__(self, other: object) -> bool:
+        return self._all() == (other._all() if isinstance(other, LazyCatalog) else other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(self._all()).replace("Catalog(", "LazyCatalog(", 1)
+
+
 @lru_cache(maxsize=1)
 def default_catalog() -> Catalog:
-    """The catalog shipped with the package (loaded once per process)."""
+    """The catalog shipped with the package (loaded once per process; specs built on first use)."""
     try:
         data = json.loads(catalog_json_bytes())
     except ValueError as exc:
         raise ArtifactError(f"wattgpu/models/{CATALOG_RESOURCE} is not valid JSON ({exc}); reinstall wattgpu") from None
-    return Catalog.from_json(data)
+    return LazyCatalog(data)

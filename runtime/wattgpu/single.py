@@ -1,0 +1,133 @@
+"""One prediction on plain Python floats: the scalar path of :meth:`Predictor.predict`.
+
+numpy spends tens of microseconds on the ~60 ufunc calls of one prediction when every array holds
+one element. This path evaluates the SAME definitions — :func:`features.row_columns` /
+:func:`features.row_vector` (features and physics via :mod:`ops`), :func:`targets.inverse`,
+:func:`results.finish`, :func:`results.prediction` — on floats, runs each model once on a one-row
+float32 buffer, and so returns the Prediction the vectorised path returns, bit for bit
+(tests/test_scalar_path.py).
+
+Rows it does not handle return None and take the vectorised path, so their numbers, warnings and
+errors are the vectorised path's by construction: Poisson-server workloads (the fixed point is
+solved vectorised), rows that cannot be predicted (no KV cache, an impossible TP group, does not fit,
+not finite) and rows
+that hit an arithmetic edge a float raises on (a zero divisor) where numpy gives inf/NaN.
+"""
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any, Callable
+
+import numpy as np
+
+from . import assemble, capacity, ops, parallel
+from . import features as F
+from .assemble import Row
+from .bundle import ModelBundle
+from .checks import NO_KV_CACHE
+from .prediction import Prediction
+from .results import ROW_COLUMNS, RowMemo, finish, memo_for, prediction, utilization
+from .targets import inverse
+
+
+class _RowRunner:
+    """One model on a prebuilt one-row float32 input buffer bound to onnxruntime (no per-call
+    allocation or feed validation); one per thread, model and bundle."""
+
+    def __init__(self, session: Any, input_name: str, names: tuple[str, ...], transform: str) -> None:
+        self.session, self.names, self.transform = session, names, transform
+        self.x = np.zeros((1, len(names)), dtype=np.float32)
+        self.y = np.zeros((1, 1), dtype=np.float32)
+        self.binding = session.io_binding()
+        self.binding.bind_cpu_input(input_name, self.x)
+        self.binding.bind_output(session.get_outputs()[0].name, "cpu", 0, np.float32, [1, 1], self.y.ctypes.data)
+        self.run = self._direct_run()
+
+    def _direct_run(self) -> Callable[[], Any]:
+        """The C-level run of the binding when this onnxruntime exposes it (skips the Python wrapper's
+        per-call bookkeeping), else the public ``run_with_iobinding``."""
+        c_sess, c_binding = getattr(self.session, "_sess", None), getattr(self.binding, "_iobinding", None)
+        if c_sess is not None and c_binding is not None:
+            try:
+                c_sess.run_with_iobinding(c_binding, None)
+                return lambda: c_sess.run_with_iobinding(c_binding, None)
+            except Exception:  # noqa: BLE001 - another onnxruntime version: use the public API
+                pass
+        return lambda: self.session.run_with_iobinding(self.binding)
+
+    def __call__(self, c: dict[str, float]) -> float:
+        """The model's output for one row of scalar columns, in physical units."""
+        self.x[0] = F.row_vector(self.names, c)  # float → float32 as the vectorised matrix casts it
+        self.run()
+        return float(inverse(self.transform, float(self.y[0, 0]), c))  # type: ignore[arg-type]
+
+
+_LOCAL = threading.local()
+
+
+def _runners(bundle: ModelBundle) -> dict[str, _RowRunner]:
+    by_bundle = getattr(_LOCAL, "by_bundle", None)
+    if by_bundle is None:
+        by_bundle = _LOCAL.by_bundle = weakref.WeakKeyDictionary()
+    runners = by_bundle.get(bundle)
+    if runners is None:
+        runners = by_bundle[bundle] = {t: _RowRunner(bundle.session(t), m.input_name, m.feature_names, m.transform)
+                                       for t, m in bundle.schema.models.items()}
+    return runners
+
+
+def evaluate_one(bundle: ModelBundle, c: dict[str, float]) -> dict[str, float]:
+    """Every model of ``bundle`` on one row of scalar columns, in physical units."""
+    return {target: run(c) for target, run in _runners(bundle).items()}
+
+
+def numbers_one(bundle: ModelBundle, row: Row, memo: RowMemo | None = None) -> tuple[dict[str, float], dict[str, Any]] | None:
+    """(columns, numbers) of one predictable non-server row as floats, or None for the vectorised path."""
+    g, llm, wl = row
+    if wl.kind == "server" or llm.arch_class in NO_KV_CACHE or (wl.tp > 1 and parallel.group_error(g, llm, wl.tp)):
+        return None
+    try:
+        if memo is None:
+            c = F.row_columns(row)
+        else:
+            c = F.row_columns(row, (memo.spec(g, F.gpu_columns), memo.spec(llm, F.llm_columns),
+                                    memo.spec(wl, F.workload_columns)))
+        if not c["fit_sequences"] >= 1:
+            return None
+        out = evaluate_one(bundle, c)
+        power, itl = out["power"], out["itl"]
+        batch = c["eff_batch"]
+        numbers = finish(power, itl, batch, 1.0, batch / itl, c["gpu_tdp_w"], c["wl_output_tokens"], False,
+                         c["wl_tp"])
+        if numbers["not_finite"]:
+            return None
+        learned = "server" in bundle.schema.domain.get("kinds", ())
+        max_qps = (memo or RowMemo()).capacity(row, learned, lambda: _max_qps(bundle, row, c, learned))
+        util = utilization(c, max_qps, itl, batch)  # type: ignore[arg-type]
+    except ArithmeticError:  # ZeroDivisionError, OverflowError: numpy would give inf/NaN
+        return None
+    numbers.update(max_qps=max_qps, utilization=util, max_concurrency=ops.maximum(c["fit_sequences"], 0.0),
+                   overloaded=False)  # overload is a server state; server rows take the vectorised path
+    return c, numbers
+
+
+def _max_qps(bundle: ModelBundle, row: Row, c: dict[str, float], learned: bool) -> float:
+    """The row's capacity from :func:`capacity.capacity_table` itself, on one-row arrays of its columns
+    (a grid of batch sizes through both models: vectorised, and memoised by the caller)."""
+    cols = {k: np.array([v]) for k, v in c.items() if not k.startswith("feature:")}
+    evaluate = lambda at, targets=None: assemble.evaluate(bundle, at, targets)  # noqa: E731
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return float(capacity.capacity_table(evaluate, [row], cols, learned)["max_qps"][0])
+
+
+def predict_one(bundle: ModelBundle, row: Row) -> Prediction | None:
+    """The Prediction of one row on the scalar path, or None when the row needs the vectorised path."""
+    memo = memo_for(bundle)
+    got = numbers_one(bundle, row, memo)
+    if got is None:
+        return None
+    c, numbers = got
+    one: dict[str, Any] = {k: (v,) for k, v in numbers.items()}
+    cols = {k: (c[k],) for k in ROW_COLUMNS}
+    return prediction(bundle, 0, row, cols, one, None, memo)  # type: ignore[arg-type]

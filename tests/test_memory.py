@@ -103,8 +103,8 @@ def test_max_concurrency_follows_the_kv_formula() -> None:
         for ctx_in, dtype in ((512, "auto"), (8000, "auto"), (8000, "fp8")):
             wl = Workload(input_tokens=ctx_in, output_tokens=256, kv_cache_dtype=dtype)
             p = pred.predict(gpu, llm, wl)
-            budget = gpu.memory_size_gb * 1e9 * 0.9 - llm.total_params_b * 1e9 * llm.weight_bytes_per_param \
-                - 0.05 * gpu.memory_size_gb * 1e9
+            gib = gpu.memory_size_gb * 2**30  # a GPU's memory "GB" is binary
+            budget = gib * 0.9 - llm.total_params_b * 1e9 * llm.weight_bytes_per_param - 0.05 * gib
             seq = memory.llm_kv_bytes_per_sequence(llm, ctx_in + 256, dtype)
             assert p.max_concurrency == int(budget // seq), (name, ctx_in, dtype)
 

@@ -25,19 +25,20 @@ def test_weight_bytes_llama_8b():
 
 def test_llama_8b_on_24gb_gpu_at_util_0_9_with_2048_context():
     weights = physics.weight_bytes(np.array([PARAMS_B]), 2.0)
-    # usable 24e9 × 0.9 = 21.6e9; activation reserve 0.05 × 24e9 = 1.2e9
-    # KV budget = 21.6e9 − 16.06e9 − 1.2e9 = 4.34e9 bytes
+    # 24 GB of GPU memory is 24 × 2**30 = 25 769 803 776 bytes (NVIDIA's memory GB is binary)
+    # usable × 0.9 = 23 192 823 398.4; activation reserve 0.05 × 24 GiB = 1 288 490 188.8
+    # KV budget = 23 192 823 398.4 − 16.06e9 − 1 288 490 188.8 = 5 844 333 209.6 bytes
     budget = physics.kv_budget_bytes(np.array([24.0]), 0.9, weights)
-    assert budget[0] == pytest.approx(4.34e9)
-    # one 2048-token sequence: 131 072 × 2048 = 268 435 456 bytes; 4.34e9 / 268 435 456 = 16.17 → 16
+    assert budget[0] == pytest.approx(5_844_333_209.6)
+    # one 2048-token sequence: 131 072 × 2048 = 268 435 456 bytes; 5.844e9 / 268 435 456 = 21.77 → 21
     fit = physics.max_batch_that_fits(budget, 131072.0, np.array([2048.0]))
-    assert fit[0] == 16
-    # offline, batch cap 256, unlimited requests → memory limit 16; a cap of 8 wins over memory
-    assert physics.effective_batch(256, np.nan, np.inf, fit)[0] == 16
+    assert fit[0] == 21
+    # offline, batch cap 256, unlimited requests → memory limit 21; a cap of 8 wins over memory
+    assert physics.effective_batch(256, np.nan, np.inf, fit)[0] == 21
     assert physics.effective_batch(8, np.nan, np.inf, fit)[0] == 8
     # fixed concurrency 4 is kept; 40 is capped by memory
     assert physics.effective_batch(256, np.array([4.0]), np.inf, fit)[0] == 4
-    assert physics.effective_batch(256, np.array([40.0]), np.inf, fit)[0] == 16
+    assert physics.effective_batch(256, np.array([40.0]), np.inf, fit)[0] == 21
     # fewer requests than the cap: 5 requests → batch 5
     assert physics.effective_batch(256, np.nan, np.array([5.0]), fit)[0] == 5
 
@@ -49,18 +50,19 @@ def test_same_case_through_feature_columns():
     cols = F.columns([(gpu, llm, Workload(input_tokens=1536, output_tokens=512))])
     assert cols["context_tokens"][0] == 2048
     assert cols["kv_per_token"][0] == 131072
-    assert cols["fit_batch"][0] == 16
-    assert cols["eff_batch"][0] == 16
+    assert cols["fit_batch"][0] == 21
+    assert cols["eff_batch"][0] == 21
 
 
 def test_weights_do_not_fit_gives_zero_batch():
-    # 16.06e9 weights on a 16 GB GPU: 14.4e9 usable − 0.8e9 reserve < weights → budget negative → 0
+    # 16.06e9 weights on a 16 GB (16 × 2**30 bytes) GPU: 15.46e9 usable − 0.86e9 reserve < weights → budget < 0 → 0
     budget = physics.kv_budget_bytes(np.array([16.0]), 0.9, physics.weight_bytes(np.array([PARAMS_B]), 2.0))
     assert budget[0] < 0
     assert physics.max_batch_that_fits(budget, 131072.0, np.array([768.0]))[0] == 0
-    # what the message reports: 16.06e9 + 0.8e9 + 131 072 × 768 (= 100 663 296) = 16.960 663 296e9 → "17.0 GB"
+    # what the message reports: 16.06e9 + 0.05 × 16 × 2**30 (= 858 993 459.2) + 131 072 × 768 (= 100 663 296)
+    # = 17 019 656 755.2 bytes = 15.85 × 2**30 → "15.9 GB", in the unit of the GPU's own "16 GB"
     need = physics.memory_needed_bytes(16.06e9, 16.0, physics.kv_bytes_per_sequence(131072.0, 768.0))
-    assert float(need) == pytest.approx(16.960663296e9)
+    assert float(need) == pytest.approx(17_019_656_755.2)
 
 
 def test_sliding_window_caps_kv_per_sequence():

@@ -77,7 +77,7 @@ def row_error(row: Row, cols: F.Columns, i: int) -> WattGPUError | None:
         return group
     if cols["fit_sequences"][i] < 1:
         one_seq = cols["kv_per_sequence"][i]
-        need = float(physics.memory_needed_bytes(cols["weights_bytes"][i], g.memory_size_gb, one_seq)) / 1e9
+        need = float(physics.memory_needed_bytes(cols["weights_bytes"][i], g.memory_size_gb, one_seq)) / physics.BYTES_PER_MEMORY_GB
         have = g.memory_size_gb * w.gpu_memory_utilization
         where = f"{g.name}" if w.tp == 1 else f"{w.tp} × {g.name}"
         per = "" if w.tp == 1 else f" per GPU (1/{w.tp} of the weights and KV cache)"

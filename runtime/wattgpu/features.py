@@ -355,7 +355,7 @@ def _kv_gb(c: Columns) -> np.ndarray:
 @feature("wl_mem_headroom", "fraction", "GPU memory free after weights and the batch's KV cache")
 def _headroom(c: Columns) -> np.ndarray:
     used = c["weights_bytes"] + c["eff_batch"] * c["kv_per_token"] * c["mean_context"]
-    return 1.0 - used / (c["gpu_memory_size_gb"] * 1e9)
+    return 1.0 - used / (c["gpu_memory_size_gb"] * physics.BYTES_PER_MEMORY_GB)
 
 
 # --- physics features

@@ -15,6 +15,10 @@ if TYPE_CHECKING:
 
 from . import ops
 
+# GPU memory sizes in the catalog are NVIDIA's marketed "GB", which are binary: nvidia-smi reports an
+# H100 80 GB as 81,559 MiB and an A100 80 GB as 81,920 MiB (data/catalog README), and serving engines
+# size the KV cache from that byte total. Bandwidth (GB/s) and parameter counts stay decimal.
+BYTES_PER_MEMORY_GB = float(2**30)
 ACTIVATION_RESERVE_FRACTION = 0.05  # of GPU memory kept for activations/CUDA graphs beyond weights + KV
 # Load-scaled TDP baseline factors (paper): offline 0.9, server low 0.2, server high 0.6.
 LS_TDP_RHO = {"offline": 0.9, "server_low": 0.2, "server_high": 0.6, "closed_loop": 0.6}
@@ -28,8 +32,8 @@ def weight_bytes(total_params_b: np.ndarray, bytes_per_param: np.ndarray) -> np.
 
 def kv_budget_bytes(memory_gb: np.ndarray, mem_util: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """Memory left for the KV cache: engine share of GPU memory minus weights and an activation reserve."""
-    usable = ops.asarray(memory_gb) * 1e9 * mem_util
-    return usable - weights - ACTIVATION_RESERVE_FRACTION * ops.asarray(memory_gb) * 1e9
+    usable = ops.asarray(memory_gb) * BYTES_PER_MEMORY_GB * mem_util
+    return usable - weights - ACTIVATION_RESERVE_FRACTION * ops.asarray(memory_gb) * BYTES_PER_MEMORY_GB
 
 
 def max_batch_that_fits(kv_budget: np.ndarray, kv_per_token: np.ndarray, context_tokens: np.ndarray | float) -> np.ndarray:
@@ -118,7 +122,7 @@ def kv_bytes_per_sequence(kv_per_token: np.ndarray, context_tokens: np.ndarray,
 
 def memory_needed_bytes(weights: ArrayLike, memory_gb: ArrayLike, kv_one_sequence: ArrayLike) -> np.ndarray:
     """Smallest engine memory share that serves one sequence: weights + activation reserve + its KV cache."""
-    return (ops.asarray(weights) + ACTIVATION_RESERVE_FRACTION * ops.asarray(memory_gb) * 1e9
+    return (ops.asarray(weights) + ACTIVATION_RESERVE_FRACTION * ops.asarray(memory_gb) * BYTES_PER_MEMORY_GB
             + ops.asarray(kv_one_sequence))
 
 

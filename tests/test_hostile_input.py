@@ -103,6 +103,9 @@ def test_any_cell_gives_a_prediction_or_a_row_error_naming_the_column(tmp_path, 
         if column in WORKLOAD_NUMBERS and text.strip():
             assert f"column {column!r}" in msg or "column 'qps'" in msg or "column 'concurrency'" in msg, msg
             cross_field = "workload kind" in msg or "workload for" in msg or "for a closed_loop" in msg
+            # TP degree vs this row's LLM heads / GPU form factor: the message says which values fit
+            cross_field = cross_field or (column == "tp" and ("heads" in msg or "groups of at most" in msg
+                                                              or "no link" in msg or "interconnect" in msg))
             assert cross_field or ("[" in msg and "]" in msg) or " > " in msg, f"no accepted range in {msg!r}"
         elif column in ("llm", "gpu") and not text.strip():
             assert f"column {column!r} is empty" in msg

@@ -18,7 +18,7 @@ import stat
 import tempfile
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import IO, Any, Callable, Iterator
+from typing import IO, Any, Callable, Iterator, Sequence
 
 from .errors import (ConfigFileError, ModelFitError, SpecValidationError, UnknownEntityError,
                      UnsupportedModelError, WattGPUError)
@@ -203,7 +203,7 @@ def _predict_stream(rows: Iterator[tuple[int, dict[str, str], str | None]], defa
         for i, (line, row, t) in enumerate(pending):
             r = out.get(i, t)
             if isinstance(r, WattGPUError) and not isinstance(r, RowError):
-                r = RowError(line, str(r), r)
+                r = RowError(line, _row_message(r, wl_cols), r)
             yield line, row, r
         pending.clear()
 
@@ -222,15 +222,21 @@ def _predict_stream(rows: Iterator[tuple[int, dict[str, str], str | None]], defa
         except RowError as exc:
             triple = exc
         except SpecValidationError as exc:
-            msg = (f"column {exc.field!r} = {_short_value(exc.value)} is invalid; expected {exc.expected}"
-                   if not exc.entity else str(exc))
-            triple = RowError(line, msg, exc)
+            triple = RowError(line, _row_message(exc, wl_cols), exc)
         except WattGPUError as exc:
             triple = RowError(line, str(exc), exc)
         pending.append((line, row, triple))
         if len(pending) >= chunk:
             yield from flush()
     yield from flush()
+
+
+def _row_message(exc: WattGPUError, columns: Sequence[str]) -> str:
+    """A row's error in the file's terms: a bad workload value names its CSV column (also when the value
+    is only wrong for this row's GPU and LLM, e.g. a TP degree the heads do not divide)."""
+    if isinstance(exc, SpecValidationError) and (not exc.entity or (exc.entity == "workload" and exc.field in columns)):
+        return f"column {exc.field!r} = {_short_value(exc.value)} is invalid; expected {exc.expected}"
+    return str(exc)
 
 
 def _short_value(value: Any) -> str:

@@ -6,7 +6,7 @@ import math
 import os
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from .errors import ArtifactError, SpecValidationError, UnknownEntityError, UnsupportedModelError, require_type
 
@@ -346,6 +346,26 @@ def _norm_gpu(name: str) -> str:
     return key
 
 
+_HITS_MAX = 4096  # distinct spellings remembered per catalog (bounded: names may come from untrusted input)
+_EXPECTED = {"gpu": "a GPU name (str)", "llm": "an LLM id (str)"}
+
+
+def _memo_lookup(hits: dict[tuple[str, str], Any], kind: str, name: Any, find: Callable[[], Any]) -> Any:
+    """``find()`` for ``name``, remembered per spelling (hits only), after a type check naming ``kind``."""
+    if type(name) is not str:
+        require_type(kind, name, str, _EXPECTED[kind])
+    hit = hits.get((kind, name))
+    if hit is None:
+        hit = find()
+        if hit is not None and len(hits) < _HITS_MAX:
+            hits[(kind, name)] = hit
+    return hit
+
+
+def _at(i: int | None, build: Callable[[int], Any]) -> Any:
+    return None if i is None else build(i)
+
+
 @dataclass(frozen=True)
 class Catalog:
     """The versioned catalog of GPUs and LLMs with case-insensitive name/alias lookup."""
@@ -381,25 +401,11 @@ class Catalog:
 
     def find_gpu(self, name: str) -> GpuSpec | None:
         """The GPU whose name or alias matches ``name`` (case-insensitive), or None."""
-        if type(name) is not str:
-            require_type("gpu", name, str, "a GPU name (str)")
-        hit = self._hits.get(("gpu", name))
-        if hit is None:
-            hit = self._gpu_index.get(_norm_gpu(name))
-            if hit is not None and len(self._hits) < 4096:
-                self._hits[("gpu", name)] = hit
-        return hit
+        return _memo_lookup(self._hits, "gpu", name, lambda: self._gpu_index.get(_norm_gpu(name)))
 
     def find_llm(self, name: str) -> LlmSpec | None:
         """The supported LLM whose id matches ``name`` (case-insensitive), or None."""
-        if type(name) is not str:
-            require_type("llm", name, str, "an LLM id (str)")
-        hit = self._hits.get(("llm", name))
-        if hit is None:
-            hit = self._llm_index.get(_norm(name))
-            if hit is not None and len(self._hits) < 4096:
-                self._hits[("llm", name)] = hit
-        return hit
+        return _memo_lookup(self._hits, "llm", name, lambda: self._llm_index.get(_norm(name)))
 
     def gpu(self, name: str) -> GpuSpec:
         """Find a GPU by name or alias (case-insensitive); unknown names raise with close matches."""
@@ -542,30 +548,10 @@ class LazyCatalog(Catalog):
     _llm_index = property(lambda self: self._all()._llm_index)
 
     def find_gpu(self, name: str) -> GpuSpec | None:
-        if type(name) is not str:
-            require_type("gpu", name, str, "a GPU name (str)")
-        hit = self._hits.get(("gpu", name))
-        if hit is None:
-            i = self._gpu_keys.get(_norm_gpu(name))
-            if i is None:
-                return None
-            hit = self._gpu_at(i)
-            if len(self._hits) < 4096:
-                self._hits[("gpu", name)] = hit
-        return hit
+        return _memo_lookup(self._hits, "gpu", name, lambda: _at(self._gpu_keys.get(_norm_gpu(name)), self._gpu_at))
 
     def find_llm(self, name: str) -> LlmSpec | None:
-        if type(name) is not str:
-            require_type("llm", name, str, "an LLM id (str)")
-        hit = self._hits.get(("llm", name))
-        if hit is None:
-            i = self._llm_keys.get(_norm(name))
-            if i is None:
-                return None
-            hit = self._llm_at(i)
-            if len(self._hits) < 4096:
-                self._hits[("llm", name)] = hit
-        return hit
+        return _memo_lookup(self._hits, "llm", name, lambda: _at(self._llm_keys.get(_norm(name)), self._llm_at))
 
     def gpu(self, name: str) -> GpuSpec:
         return self.find_gpu(name) or self._all().gpu(name)

@@ -25,7 +25,7 @@ from .calibrate import LEVELS, grouped_oof, interval_factors
 from .dataset import Dataset, build_dataset
 from .fit import fit_model
 from .recipes import DEFAULT, PAPER, ModelRecipe, Recipe
-from .selection import INNER_FOLDS, LEAVE_ONE_GROUP_OUT, select
+from .selection import INNER_FOLDS, LEAVE_ONE_GROUP_OUT, grouped_kfold_masks, select
 
 SPLITS = ("cv", "logo", "lolo", "loso")
 # Column whose values define the groups of each split (cv: the (LLM, GPU, kind) configuration).
@@ -49,22 +49,14 @@ def grouped_kfold(groups: Iterable[str], k: int) -> Folds:
     """Deterministic grouped k-fold: each group lands in exactly one test fold.
 
     Groups are sorted by size (largest first, ties by name) and each goes to the fold with the
-    fewest rows so far (ties: lowest fold index), which balances fold sizes like GroupKFold.
+    fewest rows so far (ties: lowest fold index), which balances fold sizes like GroupKFold
+    (:func:`selection.grouped_kfold_masks`, the inner folds' definition).
     """
-    g = np.asarray(list(groups), dtype=object)
-    names, counts = np.unique(g, return_counts=True)
-    k = int(min(k, len(names)))
-    if k < 2:
-        raise ValueError(f"grouped k-fold needs at least 2 groups, got {len(names)}")
-    order = sorted(range(len(names)), key=lambda i: (-counts[i], str(names[i])))
-    load = np.zeros(k, dtype=np.int64)
-    fold_of: dict[object, int] = {}
-    for i in order:
-        f = int(np.argmin(load))
-        fold_of[names[i]] = f
-        load[f] += counts[i]
-    assign = np.array([fold_of[x] for x in g])
-    return [(f"fold{f}", assign == f) for f in range(k)]
+    g = list(groups)
+    masks = grouped_kfold_masks(g, k)
+    if not masks:
+        raise ValueError(f"grouped k-fold needs at least 2 groups, got {len(set(g))}")
+    return [(f"fold{f}", m) for f, m in enumerate(masks)]
 
 
 def leave_one_out(values: Iterable[str]) -> Folds:

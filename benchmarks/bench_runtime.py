@@ -111,17 +111,29 @@ def percentile(sorted_values: list[float], q: float) -> float:
 
 
 # ---------------------------------------------------------------- cold start
+# Peak RSS of a child program in bytes: VmHWM of the exec'd image on Linux. ru_maxrss is not used there:
+# a child forked from a large parent keeps the parent's high-water mark across exec (this script's own
+# process reached ~900 MB, which ru_maxrss once reported as the CSV command's peak).
+PEAK_RSS = r"""
+def _peak_rss():
+    import resource, sys
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+    except (OSError, StopIteration):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+"""
+
 COLD_CHILD = r"""
-import resource, sys, time
+import sys, time
 t0 = time.perf_counter()
 import wattgpu
 t1 = time.perf_counter()
 p = wattgpu.predict({gpu!r}, {llm!r})
 t2 = time.perf_counter()
 assert p.power_w > 0
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-scale = 1 if sys.platform == "darwin" else 1024  # bytes on macOS, KiB on Linux
-print(f"{{(t1 - t0) * 1e3}} {{(t2 - t1) * 1e3}} {{rss * scale}}")
+""" + PEAK_RSS + r"""
+print(f"{{(t1 - t0) * 1e3}} {{(t2 - t1) * 1e3}} {{_peak_rss()}}")
 """
 
 
@@ -405,15 +417,15 @@ def batch_worker(n_rows: int, repeats: int) -> None:
 
 # ---------------------------------------------------------------- CSV through the CLI
 CSV_CHILD = r"""
-import resource, runpy, sys
+import runpy, sys
 sys.argv = ["wattgpu", "predict", "--input", {src!r}, "--output", {dst!r}]
 try:
     runpy.run_module("wattgpu.cli", run_name="__main__")
 except SystemExit as exc:
     if exc.code:
         raise
-scale = 1 if sys.platform == "darwin" else 1024
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale, file=sys.stderr)
+""" + PEAK_RSS + r"""
+print(_peak_rss(), file=sys.stderr)
 """
 
 
@@ -452,7 +464,7 @@ def bench_csv(n_rows: int, repeats: int, env: dict[str, str]) -> dict[str, Any]:
             "csv_peak_rss_mb": summarise(rss),
             "_csv": {"rows": n_rows, "how": "python -c <runpy wattgpu.cli predict --input in.csv --output out.csv>, "
                      "whole process (start, read, predict, write)", "floor": "Predictor.predict_table, same rows, "
-                     "in process", "peak_rss": "ru_maxrss of the child"}}
+                     "in process", "peak_rss": "VmHWM of the child (Linux; ru_maxrss elsewhere)"}}
 
 
 # ---------------------------------------------------------------- ONNX graph forms

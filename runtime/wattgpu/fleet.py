@@ -1,4 +1,5 @@
-"""Replicas: how many independent single-GPU replicas of each GPU type carry a total request rate.
+"""Replicas: how many independent replicas (one GPU, or one tensor-parallel group) of each GPU type carry a
+total request rate.
 
 Assumption (stated in every result): the load is split evenly, each of ``n`` replicas receives a
 Poisson stream of ``qps / n`` requests/s (a round-robin or least-loaded balancer over identical
@@ -24,8 +25,8 @@ from .prediction import Prediction
 from .specs import GpuSpec, LlmSpec
 from .workload import Workload
 
-EVEN_SPLIT = ("load split evenly: each of n independent single-GPU replicas receives qps / n Poisson "
-              "requests/s; fleet power = n × replica power")
+EVEN_SPLIT = ("load split evenly: each of n independent replicas (one GPU or one tensor-parallel group) receives "
+              "qps / n Poisson requests/s; fleet power = n × replica power")
 MAX_REPLICAS = 1_000_000
 REFINE_STEPS = 6
 

@@ -119,8 +119,9 @@ def test_max_concurrency_matches_the_memory_check(pred: Predictor, llms: dict) -
         triples = [(g, m, wl) for g in pred.catalog.gpus for m in llms.values()]
         results = pred.predict_specs_safe(triples)
         for (g, m, w), r in zip(triples, results):
-            budget = (g.memory_size_gb * 1e9 * w.gpu_memory_utilization - m.total_params_b * 1e9 * m.weight_bytes_per_param
-                      - physics.ACTIVATION_RESERVE_FRACTION * g.memory_size_gb * 1e9)
+            gpu_bytes = g.memory_size_gb * 2**30  # NVIDIA's memory GB is binary (physics.BYTES_PER_MEMORY_GB)
+            budget = (gpu_bytes * w.gpu_memory_utilization - m.total_params_b * 1e9 * m.weight_bytes_per_param
+                      - physics.ACTIVATION_RESERVE_FRACTION * gpu_bytes)
             seq = memory.llm_kv_bytes_per_sequence(m, w.context_tokens, w.kv_cache_dtype)
             fits = int(max(budget, 0) // seq)
             if isinstance(r, ModelFitError):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -161,3 +162,17 @@ def test_batch_csv_carries_capacity_columns(tmp_path) -> None:
     over, off = list(csv.DictReader(dst.open()))
     assert over["overloaded"] == "true" and float(over["max_qps"]) < 1000 and float(over["utilization"]) > 1
     assert off["overloaded"] == "false" and float(off["utilization"]) == 1.0 and int(off["max_concurrency"]) > 0
+
+
+def test_sub_batch_itl_by_hand() -> None:
+    """Batch 4 whose learned ITL (50 ms) is worse than running it as two sub-batches of 2 (15 ms each, so
+    30 ms per token): the ITL is bounded at 4 / (2 / 0.015) = 30 ms. A row whose own point is best keeps
+    its ITL; grid points above the row's batch do not count."""
+    from wattgpu.capacity import sub_batch_itl
+
+    grid_b = np.array([[1.0, 2.0, 4.0], [1.0, 2.0, 4.0], [1.0, 2.0, 4.0]])
+    grid_i = np.array([[0.010, 0.015, 0.050], [0.010, 0.012, 0.014], [0.010, 0.004, 0.014]])
+    got = sub_batch_itl(np.array([0.050, 0.014, 0.010]), np.array([4.0, 4.0, 1.0]), grid_b, grid_i)
+    assert got[0] == pytest.approx(0.030)
+    assert got[1] == 0.014
+    assert got[2] == 0.010  # the 2-sequence point (faster) is above this row's batch of 1

@@ -153,9 +153,24 @@ def test_learned_itl_rises_with_batch_and_context(pred: Predictor, llms: dict) -
     assert (bad_b, bad_c) == (0, 0)
 
 
-@pytest.mark.xfail(strict=False, reason="monotone constraints fix the direction of power and ITL in the batch, not "
-                   "their slope: energy/token = P·ITL/batch can still rise with the cap where the learned ITL "
-                   "grows faster than the batch (66 of 221 GPU×LLM pairs after issue 13)")
+@pytest.mark.parametrize("kind", ["offline", "closed_loop"])
+def test_throughput_never_falls_as_the_batch_grows(pred: Predictor, llms: dict, kind: str) -> None:
+    """More load never means less work: tokens/s is non-decreasing in the batch cap (offline) and in the
+    client count (closed loop) for every catalog GPU × LLM that fits. Monotone constraints alone do not
+    give this (the learned ITL may grow faster than the batch: 78 of 229 pairs dropped, by up to 41 %);
+    capacity.sub_batch_itl bounds the ITL by running the batch as sub-batches."""
+    pairs = _fitting(pred, llms, Workload())
+    make = (lambda b: Workload(max_batch=b)) if kind == "offline" else (lambda b: Workload(kind="closed_loop", concurrency=b))
+    rows = [(g, m, make(b)) for g, m, _ in pairs for b in BATCHES]
+    thr = pred.predict_table(rows)["throughput_tok_s"].reshape(len(pairs), len(BATCHES))
+    assert np.isfinite(thr).all()
+    drops = [(pairs[i][0].name, pairs[i][1].name) for i in np.flatnonzero((np.diff(thr, axis=1) < 0).any(axis=1))]
+    assert drops == []
+
+
+@pytest.mark.xfail(strict=False, reason="throughput never falls with the batch (test above), but power may rise "
+                   "faster than throughput once throughput saturates, so energy/token = P / tokens/s can rise "
+                   "with the cap (75 of 229 GPU×LLM pairs with the shipped models)")
 def test_learned_offline_energy_falls_with_batch_cap(pred: Predictor, llms: dict) -> None:
     pairs = _fitting(pred, llms, Workload())
     rows = [(g, m, Workload(max_batch=b)) for g, m, _ in pairs for b in BATCHES]

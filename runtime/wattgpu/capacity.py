@@ -8,8 +8,13 @@ request time the server prediction's Little's-law fixed point uses). With at mos
 
     max_qps = max over b ≤ B of  b / W(b)        (and, with an ITL SLA, only over b with ITL(b) ≤ SLA)
 
-evaluated on a geometric grid of batch sizes from 1 to ``B``, so a learned ITL that is not monotone in
-the batch cannot inflate the capacity beyond a batch the engine can actually run.
+evaluated on a grid of batch sizes — 1, the six largest powers of two up to ``B``, and ``B`` — so a
+learned ITL that is not monotone in the batch cannot inflate the capacity beyond a batch the engine
+can actually run.
+
+The same grid bounds the ITL from above (:func:`sub_batch_itl`): an engine holding ``B`` sequences can
+always decode them as ``B/b`` sub-batches of ``b``, so its throughput at ``B`` is at least its best
+throughput at any smaller batch ``b`` — more load never means less work, whatever the trees learned.
 
 Beyond capacity the queue grows without bound: the GPU runs saturated at the capacity's batch, its
 throughput stays at ``max_qps × output_tokens`` and the prediction says so (``overloaded``).
@@ -25,7 +30,7 @@ import numpy as np
 from . import features as F
 from . import physics
 
-GRID_POINTS = 8  # batch sizes evaluated per row between 1 and the batch limit (geometric)
+GRID_POINTS = 8  # batch sizes evaluated per engine set-up: the batch limit and the powers of two below it
 WORKLOAD_MAX_CONCURRENCY = 65536.0  # Workload.concurrency's upper bound
 
 
@@ -79,9 +84,12 @@ def capacity_table(evaluate: Callable[[F.Columns], dict[str, np.ndarray]], tripl
     slot = np.searchsorted(uniq, where)
     n = len(uniq)
     limit = batch_limit(cols)[uniq]
-    steps = np.linspace(0.0, 1.0, GRID_POINTS)
-    grid = np.exp(np.log(limit)[:, None] * steps[None, :])  # [rows, points], 1 … limit
-    grid[:, -1] = limit
+    # [rows, points]: 1, 2^(m-5) … 2^m, limit with 2^m <= limit (at least 1). Powers of two, so the
+    # sub-batch bound below compares a limit with the next power of two down (the caps users set); the
+    # first point is batch 1 (the "misses the SLA at any load" check reads it)
+    top = np.floor(np.log2(limit))
+    grid = np.maximum(np.concatenate([np.ones((n, 1)), 2.0 ** (top[:, None] - _POW_STEPS[None, :]), limit[:, None]],
+                                     axis=1), 1.0)
     # The grid needs the ITL model only (W(b)); power is evaluated below at the chosen point of each row.
     rt = request_time(evaluate, cols, np.repeat(uniq, GRID_POINTS), grid.ravel(), np.repeat(limit, GRID_POINTS),
                       learned, targets=("itl",))
@@ -103,8 +111,22 @@ def capacity_table(evaluate: Callable[[F.Columns], dict[str, np.ndarray]], tripl
     at = request_time(evaluate, cols, uniq[cs], grid[cs, ck], limit[cs], learned, targets=("power",))
     return {"max_qps": lam[np.arange(len(triples)), k], "batch": batch[pick], "concurrency": grid[pick],
             "itl_s": itl[pick], "power_w": at["res"]["power"][back.reshape(-1)], "request_s": req[pick],
-            "limit": limit[slot],
+            "limit": limit[slot], "grid_batch": batch[slot], "grid_itl": itl[slot],
             "max_concurrency": np.maximum(cols["fit_sequences"], 0.0)}
+
+
+_POW_STEPS = np.arange(GRID_POINTS - 3, -1, -1, dtype=np.float64)  # 5, 4, … 0
+
+
+def sub_batch_itl(itl: np.ndarray, batch: np.ndarray, grid_batch: np.ndarray, grid_itl: np.ndarray) -> np.ndarray:
+    """ITL at ``batch`` no longer than running it as sub-batches allows: ``min(ITL, batch / best)``, where
+    ``best`` is the highest throughput ``b / ITL(b)`` over the capacity grid's batches ``b <= batch``
+    (rows × points). Leaves ITL as it is where no grid point qualifies. Arrays of rows; one-row arrays give
+    the scalar path the same bits."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ok = (grid_batch <= batch[:, None]) & np.isfinite(grid_itl) & (grid_itl > 0)
+        best = np.where(ok, grid_batch / grid_itl, 0.0).max(axis=1)
+        return np.where(best > 0, np.minimum(itl, batch / best), itl)
 
 
 # Workload fields that describe the offered load; every other field describes the engine set-up.

@@ -7,8 +7,8 @@ replicas), replicas share nothing, and fleet power is ``n`` × one replica's mea
 token and per request of the fleet therefore equal one replica's.
 
 ``auto`` picks the smallest ``n`` whose replicas are within capacity and, with an SLA, whose predicted
-ITL meets it: start from ``ceil(qps / capacity within the SLA)`` (see :mod:`wattgpu.capacity`) and
-step up while the prediction at ``qps / n`` still misses (the capacity grid is coarse).
+ITL meets it: start from ``ceil(qps / capacity within the SLA)`` (see :mod:`wattgpu.capacity`), step
+down while ``n - 1`` replicas still meet it and up while ``n`` misses (the capacity grid is coarse).
 """
 from __future__ import annotations
 
@@ -73,6 +73,17 @@ def plan(predictor: Any, llm: LlmSpec, gpus: Sequence[GpuSpec], wl: Workload, re
                           f"{max_itl_s * 1e3:g} ms")  # type: ignore[operator]
             else:
                 n[i] = min(max(1, math.ceil(total / c * (1 - 1e-12))), MAX_REPLICAS)
+        # the capacity grid is coarse (powers of two), so its count can be high: step down while one replica
+        # fewer still carries the load within the SLA (feasibility only improves with more replicas)
+        down = [i for i in ok if why[i] is None and n[i] > 1]
+        for _ in range(REFINE_STEPS):
+            if not down:
+                break
+            preds = predictor.predict_specs_safe([(gpus[i], llm, replace(wl, qps=total / int(n[i] - 1))) for i in down])
+            fewer = [i for i, p in zip(down, preds) if not isinstance(p, WattGPUError) and _miss(p, max_itl_s, itl_scale) is None]
+            for i in fewer:
+                n[i] -= 1
+            down = [i for i in fewer if n[i] > 1]
     elif replicas != "auto":
         n[:] = int(replicas)
     out: list[tuple[int, Prediction | WattGPUError, str | None]] = [(1, r, None) for r in first]

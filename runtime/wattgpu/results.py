@@ -37,13 +37,14 @@ def core(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.C
     whole pipeline goes through one call site)."""
     server_learned = "server" in bundle.schema.domain.get("kinds", ())
     out = evaluate(cols)
-    power, itl = out[POWER].copy(), out[ITL].copy()
+    power = out[POWER].copy()
     batch = cols["eff_batch"].copy()
     busy = np.ones(len(rows))
-    tokens_per_s = batch / itl
     server = cols["wl_kind_code"] == SERVER_CODE
     server_rows = [int(k) for k in np.flatnonzero(server)]
     cap = capacity.capacity_table(evaluate, rows, cols, learned=server_learned)
+    itl = capacity.sub_batch_itl(out[ITL], batch, cap["grid_batch"], cap["grid_itl"])
+    tokens_per_s = batch / itl
     mix: Mix = {}
     if server_rows:
         mixed = server_mix(evaluate, [rows[k] for k in server_rows], {k: v[server_rows] for k, v in cols.items()},
@@ -175,9 +176,9 @@ class RowMemo:
         return base
 
 
-    def capacity(self, row: Row, learned: bool, compute: Callable[[], float]) -> float:
-        """``max_qps`` of a row, computed once per (GPU, LLM, engine set-up): what
-        :func:`capacity.capacity_table` keys a capacity on."""
+    def capacity(self, row: Row, learned: bool, compute: Callable[[], Any]) -> Any:
+        """The capacity of a row (``max_qps`` and its grid), computed once per (GPU, LLM, engine set-up):
+        what :func:`capacity.capacity_table` keys a capacity on."""
         key = (learned, capacity._key(row, learned))
         hit = self.capacities.get(key)
         if hit is not None and hit[0] is row[0] and hit[1] is row[1]:

@@ -15,6 +15,7 @@ that hit an arithmetic edge a float raises on (a zero divisor) where numpy gives
 """
 from __future__ import annotations
 
+import math
 import threading
 import weakref
 from typing import Any, Callable
@@ -96,14 +97,15 @@ def numbers_one(bundle: ModelBundle, row: Row, memo: RowMemo | None = None) -> t
         if not c["fit_sequences"] >= 1:
             return None
         out = evaluate_one(bundle, c)
-        power, itl = out["power"], out["itl"]
-        batch = c["eff_batch"]
+        learned = "server" in bundle.schema.domain.get("kinds", ())
+        max_qps, grid_batch, grid_itl = (memo or RowMemo()).capacity(row, learned,
+                                                                     lambda: _capacity(bundle, row, c, learned))
+        power, batch = out["power"], c["eff_batch"]
+        itl = _sub_batch_itl(out["itl"], batch, grid_batch, grid_itl)
         numbers = finish(power, itl, batch, 1.0, batch / itl, c["gpu_tdp_w"], c["wl_output_tokens"], False,
                          c["wl_tp"])
         if numbers["not_finite"]:
             return None
-        learned = "server" in bundle.schema.domain.get("kinds", ())
-        max_qps = (memo or RowMemo()).capacity(row, learned, lambda: _max_qps(bundle, row, c, learned))
         util = utilization(c, max_qps, itl, batch)  # type: ignore[arg-type]
     except ArithmeticError:  # ZeroDivisionError, OverflowError: numpy would give inf/NaN
         return None
@@ -112,13 +114,25 @@ def numbers_one(bundle: ModelBundle, row: Row, memo: RowMemo | None = None) -> t
     return c, numbers
 
 
-def _max_qps(bundle: ModelBundle, row: Row, c: dict[str, float], learned: bool) -> float:
-    """The row's capacity from :func:`capacity.capacity_table` itself, on one-row arrays of its columns
-    (a grid of batch sizes through both models: vectorised, and memoised by the caller)."""
+def _capacity(bundle: ModelBundle, row: Row, c: dict[str, float],
+              learned: bool) -> tuple[float, tuple[float, ...], tuple[float, ...]]:
+    """The row's ``max_qps`` and its capacity grid (batches and ITL, one-row arrays) from
+    :func:`capacity.capacity_table` itself, on one-row arrays of its columns (vectorised, and memoised
+    by the caller)."""
     cols = {k: np.array([v]) for k, v in c.items() if not k.startswith("feature:")}
     evaluate = lambda at, targets=None: assemble.evaluate(bundle, at, targets)  # noqa: E731
     with np.errstate(divide="ignore", invalid="ignore"):
-        return float(capacity.capacity_table(evaluate, [row], cols, learned)["max_qps"][0])
+        cap = capacity.capacity_table(evaluate, [row], cols, learned)
+    return float(cap["max_qps"][0]), tuple(cap["grid_batch"][0].tolist()), tuple(cap["grid_itl"][0].tolist())
+
+
+def _sub_batch_itl(itl: float, batch: float, grid_batch: tuple[float, ...], grid_itl: tuple[float, ...]) -> float:
+    """:func:`capacity.sub_batch_itl` of one row on floats (same operations, so the same bits)."""
+    best = 0.0
+    for b, i in zip(grid_batch, grid_itl):
+        if b <= batch and math.isfinite(i) and i > 0.0:
+            best = max(best, b / i)
+    return ops.minimum(itl, batch / best) if best > 0.0 else itl
 
 
 def predict_one(bundle: ModelBundle, row: Row) -> Prediction | None:

@@ -94,3 +94,20 @@ def test_thousands_of_rows_in_one_vectorised_pass(tmp_path, monkeypatch):
     assert calls[2] * GRID_POINTS == calls[1]
     out = _read(dst)
     assert len(out) == 3000 and all(float(r["power_w"]) > 0 for r in out)
+
+
+def test_a_row_that_does_not_fit_names_the_cells_that_set_its_memory(tmp_path) -> None:
+    """A valid gpu_memory_utilization that leaves too little room: the row error says the model does not
+    fit and names the row's memory cells, so the file's author knows which cell to change."""
+    from wattgpu import Predictor
+    from wattgpu.batch import predict_csv
+
+    src = tmp_path / "in.csv"
+    src.write_text("llm,gpu,gpu_memory_utilization,input_tokens\n"
+                   "meta-llama/Llama-3.1-8B-Instruct,NVIDIA A30,0.5,512\n", encoding="utf-8")
+    messages: list[str] = []
+    summary = predict_csv(str(src), str(tmp_path / "out.csv"), predictor=Predictor(), report=messages.append)
+    assert summary.skipped == 1 and summary.exit_code == 1
+    (msg,) = messages
+    assert "does not fit on NVIDIA A30" in msg
+    assert "column 'gpu_memory_utilization' = 0.5" in msg and "column 'input_tokens' = 512" in msg

@@ -203,7 +203,7 @@ def _predict_stream(rows: Iterator[tuple[int, dict[str, str], str | None]], defa
         for i, (line, row, t) in enumerate(pending):
             r = out.get(i, t)
             if isinstance(r, WattGPUError) and not isinstance(r, RowError):
-                r = RowError(line, _row_message(r, wl_cols), r)
+                r = RowError(line, _row_message(r, wl_cols, row), r)
             yield line, row, r
         pending.clear()
 
@@ -231,11 +231,20 @@ def _predict_stream(rows: Iterator[tuple[int, dict[str, str], str | None]], defa
     yield from flush()
 
 
-def _row_message(exc: WattGPUError, columns: Sequence[str]) -> str:
+# Workload columns that decide whether a model fits in GPU memory (named when a row does not fit)
+FIT_COLUMNS = ("gpu_memory_utilization", "input_tokens", "output_tokens", "kv_cache_dtype", "tp")
+
+
+def _row_message(exc: WattGPUError, columns: Sequence[str], row: dict[str, str] | None = None) -> str:
     """A row's error in the file's terms: a bad workload value names its CSV column (also when the value
-    is only wrong for this row's GPU and LLM, e.g. a TP degree the heads do not divide)."""
+    is only wrong for this row's GPU and LLM, e.g. a TP degree the heads do not divide), and a model
+    that does not fit names the row's cells that set its memory."""
     if isinstance(exc, SpecValidationError) and (not exc.entity or (exc.entity == "workload" and exc.field in columns)):
         return f"column {exc.field!r} = {_short_value(exc.value)} is invalid; expected {exc.expected}"
+    if isinstance(exc, ModelFitError) and row:
+        cells = [f"column {c!r} = {row[c].strip()[:40]}" for c in FIT_COLUMNS if (row.get(c) or "").strip()]
+        if cells:
+            return f"{exc} (this row sets {', '.join(cells)})"
     return str(exc)
 
 

@@ -374,11 +374,20 @@ def _log_roof(c: Columns) -> np.ndarray:
     return ops.log(c["roofline_itl_s"])
 
 
+def _weight_read_s(c: Columns) -> np.ndarray:
+    """Time to read the GPU's active weights once at peak bandwidth (s)."""
+    return c["active_weights_bytes"] / (c["gpu_memory_bandwidth_gb_s"] * 1e9)
+
+
+def _fp16_flop_s(c: Columns) -> np.ndarray:
+    """FLOP time of one decode step of the effective batch at the GPU's FP16 peak (s)."""
+    return 2.0 * c["gpu_active_params_b"] * 1e9 * c["eff_batch"] / (c["gpu_fp16_tflops"] * 1e12)
+
+
 @feature("roofline_compute_share", "ratio", "FLOP time / memory time of one decode step (>1: compute-bound)")
 def _cshare(c: Columns) -> np.ndarray:
     t_mem = c["step_bytes"] / (c["gpu_memory_bandwidth_gb_s"] * 1e9)
-    t_flop = 2.0 * c["gpu_active_params_b"] * 1e9 * c["eff_batch"] / (c["gpu_fp16_tflops"] * 1e12)
-    return t_flop / t_mem
+    return _fp16_flop_s(c) / t_mem
 
 
 @feature("log_roofline_tok_s_per_w", "log(tok/s/W)", "log roofline throughput per watt of TDP")
@@ -389,22 +398,19 @@ def _tok_per_w(c: Columns) -> np.ndarray:
 @feature("log_weight_read_s", "log(s)", "log of the time to read the active weights once at peak bandwidth "
          "(GPU x LLM speed, independent of batch and context)")
 def _log_wread(c: Columns) -> np.ndarray:
-    return ops.log(c["active_weights_bytes"] / (c["gpu_memory_bandwidth_gb_s"] * 1e9))
+    return ops.log(_weight_read_s(c))
 
 
 @feature("log_overhead_share", "log(ratio)", "log of (layers x engine per-layer overhead) / weight-read time: "
          "how launch-bound a decode step is at batch 1 (independent of batch and context)")
 def _log_ovh(c: Columns) -> np.ndarray:
-    t = c["active_weights_bytes"] / (c["gpu_memory_bandwidth_gb_s"] * 1e9)
-    return ops.log(c["llm_num_layers"] * _layer_overhead_s(c["wl_engine_code"]) / t)
+    return ops.log(c["llm_num_layers"] * _layer_overhead_s(c["wl_engine_code"]) / _weight_read_s(c))
 
 
 @feature("weights_compute_share", "ratio", "FLOP time of a decode step / time to read the weights once: grows "
          "with the batch, independent of context")
 def _wshare(c: Columns) -> np.ndarray:
-    t_w = c["active_weights_bytes"] / (c["gpu_memory_bandwidth_gb_s"] * 1e9)
-    t_flop = 2.0 * c["gpu_active_params_b"] * 1e9 * c["eff_batch"] / (c["gpu_fp16_tflops"] * 1e12)
-    return t_flop / t_w
+    return _fp16_flop_s(c) / _weight_read_s(c)
 
 
 @feature("roofline_duty", "fraction", "roofline step time / (roofline + per-layer engine overhead): busy share of a step")
@@ -425,7 +431,7 @@ def _comm_share(c: Columns) -> np.ndarray:
          "the GPU's weight shard once: how latency-bound TP makes a step, independent of batch (0 on one GPU)")
 def _comm_latency(c: Columns) -> np.ndarray:
     calls = parallel.ALLREDUCES_PER_LAYER * c["llm_num_layers"] * ops.where(c["wl_tp"] > 1, c["link_latency_s"], 0.0)
-    return calls / (c["active_weights_bytes"] / (c["gpu_memory_bandwidth_gb_s"] * 1e9))
+    return calls / _weight_read_s(c)
 
 
 @feature("tp_log_link_gb_s", "log(GB/s)", "log of the TP group's link bandwidth per direction (NaN on one GPU)")

@@ -230,7 +230,7 @@ def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None 
         raise WattGPUError("gpus: the list is empty; name at least one GPU or leave it out for the whole catalog")
     prices = (usd_per_kwh, gco2_per_kwh, pue)
     tp_asked: int | str = "auto" if tp == "auto" else (wl.tp if tp is None else parallel.check_tp_value(tp))
-    rows, failed = _rows(gpu_specs, spec, wl, tp)
+    rows, failed = _rows(gpu_specs, spec, wl, tp_asked)
     if replicas is not None:
         return _rank_fleet(pred, spec, rows, failed, wl, replicas, max_itl_ms, strict, sort, prices, tp_asked)
     results = pred.predict_specs_safe(rows)
@@ -277,14 +277,12 @@ def _add_failed(excluded: list[tuple[tuple[int, float, str, int], Excluded]],
         excluded.append(((_EXCLUDE_ORDER[kind], 0.0, name, n), Excluded(name, kind, reason, tp=n)))
 
 
-def _rows(gpus: Sequence[Any], spec: Any, wl: Workload, tp: int | str | None
+def _rows(gpus: Sequence[Any], spec: Any, wl: Workload, tp: int | str
           ) -> tuple[list[tuple[Any, Any, Workload]], dict[str, tuple[int, WattGPUError]]]:
-    """The (GPU, LLM, workload) rows to predict, and GPUs with no group to try (``tp="auto"``)."""
-    if tp is None:
-        return [(g, spec, wl) for g in gpus], {}
-    if tp != "auto":
-        n = parallel.check_tp_value(tp)
-        w = wl if wl.tp == n else replace(wl, tp=n)
+    """The (GPU, LLM, workload) rows to predict at the checked group size ``tp`` (or every size that
+    exists with ``"auto"``), and GPUs with no group to try."""
+    if isinstance(tp, int):
+        w = wl if wl.tp == tp else replace(wl, tp=tp)
         return [(g, spec, w) for g in gpus], {}
     variants = {n: wl if wl.tp == n else replace(wl, tp=n) for n in parallel.TP_CHOICES}
     rows: list[tuple[Any, Any, Workload]] = []

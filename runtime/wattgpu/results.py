@@ -138,7 +138,8 @@ def prediction(bundle: ModelBundle, i: int, row: Row, cols: F.Columns, numbers: 
 
 class RowMemo:
     """What depends only on the spec objects of a row, kept across calls: derived values of one spec
-    (its raw feature columns, a workload's dict) and the domain warnings of a (GPU, LLM, kind, engine).
+    (its raw feature columns, a workload's dict), the domain warnings of a (GPU, LLM, kind, engine) and
+    the capacity of a (GPU, LLM, engine set-up).
 
     Keyed by ``id()`` and holding the objects themselves, so a key can never be reused by another
     object while it is cached (every hit checks identity); cleared when it grows past ``LIMIT``."""
@@ -148,7 +149,7 @@ class RowMemo:
     def __init__(self) -> None:
         self.specs: dict[tuple[int, Any], tuple[Any, Any]] = {}
         self.warnings: dict[tuple[int, int, str, str, int], tuple[Any, Any, tuple[str, ...]]] = {}
-        self.capacities: dict[tuple[bool, tuple[Any, ...]], tuple[Any, Any, float]] = {}
+        self.capacities: dict[tuple[bool, tuple[Any, ...]], tuple[Any, Any, Any]] = {}
 
     def spec(self, obj: Any, make: Callable[[Any], Any]) -> Any:
         """``make(obj)``, computed once per object."""
@@ -174,7 +175,6 @@ class RowMemo:
         base = (*domain_warnings(bundle.schema.domain, gpu, llm, wl), *model_flags(llm, gpu, wl.context_tokens))
         self.warnings[key] = (gpu, llm, base)
         return base
-
 
     def capacity(self, row: Row, learned: bool, compute: Callable[[], Any]) -> Any:
         """The capacity of a row (``max_qps`` and its grid), computed once per (GPU, LLM, engine set-up):

@@ -4,9 +4,10 @@ from __future__ import annotations
 import json
 import math
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from .errors import ArtifactError, SpecValidationError, UnknownEntityError, UnsupportedModelError, require_type
 
@@ -346,6 +347,35 @@ def _norm_gpu(name: str) -> str:
     return key
 
 
+@contextmanager
+def _catalog_errors() -> Iterator[None]:
+    """Any error while reading the packaged catalog, as one :class:`ArtifactError` saying what to do."""
+    try:
+        yield
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ArtifactError(f"specs.json: malformed catalog ({exc!r}); reinstall wattgpu or rebuild the catalog") from None
+    except SpecValidationError as exc:
+        raise ArtifactError(f"specs.json: invalid catalog entry ({exc}); reinstall wattgpu or rebuild the catalog") from None
+
+
+def _gpu_keys_of(name: str, aliases: Any) -> tuple[str, ...]:
+    """The lookup keys of a catalog GPU: its name and every alias, normalised."""
+    return tuple(_norm_gpu(k) for k in (name, *aliases))
+
+
+def _llm_keys_of(name: str) -> tuple[str, str]:
+    """The lookup keys of a catalog LLM: its id and the id without the organisation, normalised."""
+    return _norm(name), _norm(name.split("/", 1)[-1])
+
+
+def _gpu_from_raw(raw: Mapping[str, Any]) -> GpuSpec:
+    return GpuSpec.from_dict(raw, entity=f"catalog GPU {raw.get('name')!r}")
+
+
+def _llm_from_raw(raw: Mapping[str, Any]) -> LlmSpec:
+    return LlmSpec.from_dict(raw["spec"], entity=f"catalog LLM {raw['name']!r}")
+
+
 _HITS_MAX = 4096  # distinct spellings remembered per catalog (bounded: names may come from untrusted input)
 _EXPECTED = {"gpu": "a GPU name (str)", "llm": "an LLM id (str)"}
 
@@ -362,7 +392,7 @@ def _memo_lookup(hits: dict[tuple[str, str], Any], kind: str, name: Any, find: C
     return hit
 
 
-def _at(i: int | None, build: Callable[[int], Any]) -> Any:
+def _index_or_none(i: int | None, build: Callable[[int], Any]) -> Any:
     return None if i is None else build(i)
 
 
@@ -380,24 +410,19 @@ class Catalog:
 
     def __post_init__(self) -> None:
         for g in self.gpus:
-            for key in (g.name, *g.aliases):
-                self._gpu_index.setdefault(_norm_gpu(key), g)
+            for key in _gpu_keys_of(g.name, g.aliases):
+                self._gpu_index.setdefault(key, g)
         for m in self.llms:
-            self._llm_index.setdefault(_norm(m.name), m)
-            short = m.name.split("/", 1)[-1]
-            self._llm_index.setdefault(_norm(short), m)
+            for key in _llm_keys_of(m.name):
+                self._llm_index.setdefault(key, m)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Catalog":
-        try:
-            gpus = tuple(GpuSpec.from_dict(g["spec"], entity=f"catalog GPU {g['spec'].get('name')!r}") for g in data["gpus"])
-            llms = tuple(LlmSpec.from_dict(m["spec"], entity=f"catalog LLM {m['name']!r}") for m in data["llms"] if m["spec"])
+        with _catalog_errors():
+            gpus = tuple(_gpu_from_raw(g["spec"]) for g in data["gpus"])
+            llms = tuple(_llm_from_raw(m) for m in data["llms"] if m["spec"])
             unsupported = tuple((m["name"], m["unsupported_reason"]) for m in data["llms"] if not m["spec"])
             return cls(version=str(data["catalog_version"]), gpus=gpus, llms=llms, unsupported_llms=unsupported)
-        except (KeyError, TypeError, AttributeError) as exc:
-            raise ArtifactError(f"specs.json: malformed catalog ({exc!r}); reinstall wattgpu or rebuild the catalog") from None
-        except SpecValidationError as exc:
-            raise ArtifactError(f"specs.json: invalid catalog entry ({exc}); reinstall wattgpu or rebuild the catalog") from None
 
     def find_gpu(self, name: str) -> GpuSpec | None:
         """The GPU whose name or alias matches ``name`` (case-insensitive), or None."""
@@ -409,19 +434,17 @@ class Catalog:
 
     def gpu(self, name: str) -> GpuSpec:
         """Find a GPU by name or alias (case-insensitive); unknown names raise with close matches."""
-        require_type("gpu", name, str, "a GPU name (str)")
-        hit = self._gpu_index.get(_norm_gpu(name))
+        hit = self.find_gpu(name)
         if hit is None:
             raise UnknownEntityError("GPU", name, self._suggest(_norm_gpu(name), self._gpu_index))
         return hit
 
     def llm(self, name: str) -> LlmSpec:
         """Find an LLM by Hugging Face id (or the part after the organisation), case-insensitive."""
-        require_type("llm", name, str, "an LLM id (str)")
-        hit = self._llm_index.get(_norm(name))
+        hit = self.find_llm(name)
         if hit is None:
             for known, why in self.unsupported_llms:
-                if _norm(known) == _norm(name) or _norm(known.split("/", 1)[-1]) == _norm(name):
+                if _norm(name) in _llm_keys_of(known):
                     raise UnsupportedModelError(f"LLM {known!r} is in the catalog but cannot be modelled: {why}")
             raise UnknownEntityError("LLM", name, self._suggest(name, self._llm_index))
         return hit
@@ -480,22 +503,19 @@ class LazyCatalog(Catalog):
         import threading
 
         setattr_ = object.__setattr__
-        try:
+        with _catalog_errors():
             gpu_raw = [g["spec"] for g in data["gpus"]]
             llm_raw = [m for m in data["llms"] if m["spec"]]
             unsupported = tuple((m["name"], m["unsupported_reason"]) for m in data["llms"] if not m["spec"])
             gpu_keys: dict[str, int] = {}
             for i, g in enumerate(gpu_raw):
-                for key in (g["name"], *g.get("aliases", ())):
-                    gpu_keys.setdefault(_norm_gpu(key), i)
+                for key in _gpu_keys_of(g["name"], g.get("aliases", ())):
+                    gpu_keys.setdefault(key, i)
             llm_keys: dict[str, int] = {}
             for i, m in enumerate(llm_raw):
-                name = m["spec"]["name"]
-                llm_keys.setdefault(_norm(name), i)
-                llm_keys.setdefault(_norm(name.split("/", 1)[-1]), i)
+                for key in _llm_keys_of(m["spec"]["name"]):
+                    llm_keys.setdefault(key, i)
             version = str(data["catalog_version"])
-        except (KeyError, TypeError, AttributeError) as exc:
-            raise ArtifactError(f"specs.json: malformed catalog ({exc!r}); reinstall wattgpu or rebuild the catalog") from None
         for k, v in (("version", version), ("_unsupported", unsupported), ("_gpu_raw", gpu_raw), ("_llm_raw", llm_raw),
                      ("_gpu_keys", gpu_keys), ("_llm_keys", llm_keys), ("_built_gpus", [None] * len(gpu_raw)),
                      ("_built_llms", [None] * len(llm_raw)), ("_full", None), ("_hits", {}),
@@ -503,33 +523,21 @@ class LazyCatalog(Catalog):
             setattr_(self, k, v)
 
     def _gpu_at(self, i: int) -> GpuSpec:
-        spec = self._built_gpus[i]
-        if spec is None:
-            with self._build_lock:
-                spec = self._built_gpus[i]
-                if spec is None:
-                    raw = self._gpu_raw[i]
-                    spec = self._built_gpus[i] = self._build(GpuSpec, raw, f"catalog GPU {raw.get('name')!r}")
-        return spec
+        return self._built(self._built_gpus, self._gpu_raw, i, _gpu_from_raw)
 
     def _llm_at(self, i: int) -> LlmSpec:
-        spec = self._built_llms[i]
+        return self._built(self._built_llms, self._llm_raw, i, _llm_from_raw)
+
+    def _built(self, built: list[Any], raws: list[Any], i: int, make: Callable[[Any], Any]) -> Any:
+        """Entry ``i`` of ``built``, made from ``raws[i]`` the first time (once, under the lock)."""
+        spec = built[i]
         if spec is None:
             with self._build_lock:
-                spec = self._built_llms[i]
+                spec = built[i]
                 if spec is None:
-                    raw = self._llm_raw[i]
-                    spec = self._built_llms[i] = self._build(LlmSpec, raw["spec"], f"catalog LLM {raw['name']!r}")
+                    with _catalog_errors():
+                        spec = built[i] = make(raws[i])
         return spec
-
-    @staticmethod
-    def _build(cls: Any, raw: Any, entity: str) -> Any:
-        try:
-            return cls.from_dict(raw, entity=entity)
-        except (KeyError, TypeError, AttributeError) as exc:
-            raise ArtifactError(f"specs.json: malformed catalog ({exc!r}); reinstall wattgpu or rebuild the catalog") from None
-        except SpecValidationError as exc:
-            raise ArtifactError(f"specs.json: invalid catalog entry ({exc}); reinstall wattgpu or rebuild the catalog") from None
 
     def _all(self) -> Catalog:
         """The fully built catalog (same spec objects as the lookups returned)."""
@@ -548,10 +556,10 @@ class LazyCatalog(Catalog):
     _llm_index = property(lambda self: self._all()._llm_index)
 
     def find_gpu(self, name: str) -> GpuSpec | None:
-        return _memo_lookup(self._hits, "gpu", name, lambda: _at(self._gpu_keys.get(_norm_gpu(name)), self._gpu_at))
+        return _memo_lookup(self._hits, "gpu", name, lambda: _index_or_none(self._gpu_keys.get(_norm_gpu(name)), self._gpu_at))
 
     def find_llm(self, name: str) -> LlmSpec | None:
-        return _memo_lookup(self._hits, "llm", name, lambda: _at(self._llm_keys.get(_norm(name)), self._llm_at))
+        return _memo_lookup(self._hits, "llm", name, lambda: _index_or_none(self._llm_keys.get(_norm(name)), self._llm_at))
 
     def gpu(self, name: str) -> GpuSpec:
         return self.find_gpu(name) or self._all().gpu(name)

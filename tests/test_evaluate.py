@@ -30,6 +30,12 @@ def test_mdape_hand_computed():
     assert M.mdape(np.array([100.0, 2.0, 5.0, 10.0]), np.array([110.0, 1.0, 5.0, 12.0])) == pytest.approx(15.0)
 
 
+def test_median_signed_error_hand_computed():
+    # errors +10 %, -50 %, 0 %, +20 %: the median of the signed errors is +5 % (a low prediction is negative)
+    assert M.median_signed_error_pct(np.array([100.0, 2.0, 5.0, 10.0]),
+                                     np.array([110.0, 1.0, 5.0, 12.0])) == pytest.approx(5.0)
+
+
 def test_pearson_hand_computed():
     assert M.pearson_r(np.array([1.0, 2.0, 3.0]), np.array([2.0, 4.0, 6.0])) == pytest.approx(1.0)
     assert M.pearson_r(np.array([1.0, 2.0, 3.0]), np.array([3.0, 2.0, 1.0])) == pytest.approx(-1.0)
@@ -160,6 +166,11 @@ def test_interval_calibration_never_sees_held_out_gpu(records, monkeypatch):
         assert held_out not in train_gpus
         assert train_gpus == set(gpus) - {held_out}
     assert set(out["per_gpu"]) == set(gpus)
+    y = ds.y_physical("power")
+    for g in gpus:  # the bias column: the held-out GPU's median signed error, by hand
+        rows = (ds.records["gpu"] == g).to_numpy()
+        assert out["per_gpu"][g]["median_signed_error_pct"] == pytest.approx(
+            100 * np.median(logo[rows] / y[rows] - 1), rel=1e-12)
 
 
 # ---------------------------------------------------------------- CLI end to end

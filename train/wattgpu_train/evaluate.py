@@ -234,6 +234,8 @@ def logo_interval_coverage(recipe: Recipe, target: str, ds: Dataset, logo_pred: 
             hi[lv][test] = logo_pred[test] * f_hi
         per_gpu[gpu] = {f"coverage_{lv}": metrics.coverage(y[test], lo[lv][test], hi[lv][test]) for lv in LEVELS}
         per_gpu[gpu]["n"] = int(test.sum())
+        # the held-out GPU's bias: a shared multiplicative interval over- or under-covers a GPU by it
+        per_gpu[gpu]["median_signed_error_pct"] = metrics.median_signed_error_pct(y[test], logo_pred[test])
     ok = np.isfinite(lo[LEVELS[0]])
     out: dict[str, Any] = {"method": "multiplicative factors from GPU-weighted quantiles (each GPU counts equally) of "
                                      "nested leave-one-GPU-out log residuals inside each LOGO training fold",

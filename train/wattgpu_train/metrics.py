@@ -19,6 +19,15 @@ def mdape(measured: np.ndarray, predicted: np.ndarray) -> float:
     return float(np.median(np.abs(p - y) / np.abs(y)) * 100.0)
 
 
+def median_signed_error_pct(measured: np.ndarray, predicted: np.ndarray) -> float:
+    """Median of (predicted − measured) / measured, in percent: the bias (negative = predicted low)."""
+    y = np.asarray(measured, dtype=np.float64)
+    p = np.asarray(predicted, dtype=np.float64)
+    if y.size == 0:
+        return float("nan")
+    return float(np.median((p - y) / np.abs(y)) * 100.0)
+
+
 def pearson_r(a: np.ndarray, b: np.ndarray) -> float:
     """Pearson correlation; NaN when fewer than 2 points or a constant input."""
     x = np.asarray(a, dtype=np.float64)

@@ -110,13 +110,18 @@ def evaluate_markdown(r: dict[str, Any], runtime_s: float | None = None) -> str:
         out.append(f"| {t} | {iv['n']} | {_f(iv['coverage_80'], pct=True)} (nominal 80) | "
                    f"{_f(iv['coverage_95'], pct=True)} (nominal 95) | {_f(iv['median_width_ratio_80'], 2)} | "
                    f"{_f(iv['median_width_ratio_95'], 2)} |")
-    out += ["", "Per held-out GPU (target: every GPU with ≥ 20 rows within 10 points of nominal):", "",
-            "| target | GPU | rows | 80 % | 95 % | within 10 points |", "|---|---|---|---|---|---|"]
+    out += ["", "Per held-out GPU (target: every GPU with ≥ 20 rows within 10 points of nominal). Bias = median "
+            "(predicted − measured) / measured of the held-out GPU. The intervals are one multiplicative band for "
+            "every GPU, sized by the spread of errors across GPUs: a held-out GPU with a large bias is "
+            "under-covered, one whose errors cluster tightly around a small bias is over-covered.",
+            "", "| target | GPU | rows | bias | 80 % | 95 % | within 10 points |", "|---|---|---|---|---|---|---|"]
     for t in ("power", "itl"):
         for g, v in r["intervals"][t]["per_gpu"].items():
             ok = "–" if v["n"] < 20 else ("yes" if abs(v["coverage_80"] - 80) <= 10 and abs(v["coverage_95"] - 95) <= 10
                                           else "**no**")
-            out.append(f"| {t} | {g} | {v['n']} | {_f(v['coverage_80'], pct=True)} | {_f(v['coverage_95'], pct=True)} "
+            bias = v.get("median_signed_error_pct", float("nan"))
+            out.append(f"| {t} | {g} | {v['n']} | {bias:+.1f} % | {_f(v['coverage_80'], pct=True)} "
+                       f"| {_f(v['coverage_95'], pct=True)} "
                        f"| {ok} |")
     sel = r.get("selection", {})
     if sel.get("chosen"):

@@ -64,7 +64,11 @@ def test_bad_invocations(tmp_path):
     assert r.exit_code == 2 and "--output" in r.stderr
     nohead = _write(tmp_path, ["a,b", "1,2"])
     r = CliRunner().invoke(main, ["predict", "--input", str(nohead), "--output", str(tmp_path / "o.csv")])
-    assert r.exit_code == 2 and "llm and gpu" in r.stderr
+    assert r.exit_code == 2 and "llm and gpu" in r.stderr and "separates" not in r.stderr
+    for sep in (";", "\t"):  # a spreadsheet's other export formats: the message names the separator
+        other = _write(tmp_path, [sep.join(["llm", "gpu"]), sep.join(["meta-llama/Llama-3.1-8B-Instruct", "NVIDIA A30"])])
+        r = CliRunner().invoke(main, ["predict", "--input", str(other), "--output", str(tmp_path / "o.csv")])
+        assert r.exit_code == 2 and f"separates columns with {sep!r}: separate them with commas" in r.stderr
     r = CliRunner().invoke(main, ["predict", "--input", str(tmp_path / "missing.csv"), "--output", str(tmp_path / "o.csv")])
     assert r.exit_code == 2
 
@@ -111,3 +115,11 @@ def test_a_row_that_does_not_fit_names_the_cells_that_set_its_memory(tmp_path) -
     (msg,) = messages
     assert "does not fit on NVIDIA A30" in msg
     assert "column 'gpu_memory_utilization' = 0.5" in msg and "column 'input_tokens' = 512" in msg
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be"])
+def test_utf16_csv_is_named_as_utf16(tmp_path, encoding):
+    src = tmp_path / "in.csv"
+    src.write_bytes("\n".join(ROWS).encode(encoding))
+    r = CliRunner().invoke(main, ["predict", "--input", str(src), "--output", str(tmp_path / "o.csv")])
+    assert r.exit_code == 2 and "is UTF-16 text; save the CSV as UTF-8" in r.stderr, r.stderr

@@ -44,6 +44,36 @@ def test_gpu_other_fields_refused(field, value):
     assert len(str(ei.value)) < 1000
 
 
+@pytest.mark.parametrize("field,value,hint", [
+    ("memory_bandwidth_gb_s", 3.35, "3.35 looks like TB/s, which is 3350 GB/s"),
+    ("tdp_w", 0.7, "0.7 looks like kW, which is 700 W"),
+    ("memory_size_gb", 80e9, "looks like bytes, which is 80 GB"),
+    ("memory_size_gb", 81920, "looks like MiB, which is 80 GB"),
+    ("fp16_tflops", 989.4e12, "looks like FLOPS, which is 989.4 dense FP16 TFLOPS"),
+    ("boost_clock_mhz", 1.98, "1.98 looks like GHz, which is 1980 MHz"),
+    ("transistors_million", 80e9, "looks like transistors, which is 8e+04 million transistors"),
+])
+def test_unit_slips_are_named_with_the_converted_value(field, value, hint):
+    """A spec-sheet number in the wrong unit says which unit it looks like and what it is in the right one."""
+    with pytest.raises(SpecValidationError) as ei:
+        GpuSpec.from_dict({**GPU, field: value})
+    assert ei.value.field == field and hint in str(ei.value)
+
+
+def test_parameter_count_given_as_a_plain_number_is_named():
+    with pytest.raises(SpecValidationError) as ei:
+        LlmSpec.from_dict({**LLM, "total_params_b": LLM["total_params_b"] * 1e9})
+    assert ei.value.field == "total_params_b" and "looks like parameters, which is" in str(ei.value)
+
+
+@pytest.mark.parametrize("field,value", [("tdp_w", 1e9), ("tdp_w", -700.0), ("memory_bandwidth_gb_s", 1e30),
+                                         ("memory_size_gb", -80.0), ("fp16_tflops", 0.0)])
+def test_out_of_range_without_a_plausible_unit_slip_gives_no_hint(field, value):
+    with pytest.raises(SpecValidationError) as ei:
+        GpuSpec.from_dict({**GPU, field: value})
+    assert "looks like" not in str(ei.value)
+
+
 def test_gpu_boost_below_base_refused():
     with pytest.raises(SpecValidationError, match="boost_clock_mhz"):
         GpuSpec.from_dict({**GPU, "base_clock_mhz": 1800.0, "boost_clock_mhz": 1500.0})
@@ -197,3 +227,25 @@ def test_config_file_errors_are_config_file_errors(tmp_path):
     bad.write_text('{"num_hidden_layers": NaN}')
     with pytest.raises(ConfigFileError, match="NaN"):
         wattgpu.predict("H100", str(bad))
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be"])
+def test_utf16_files_are_named_as_utf16(tmp_path, encoding):
+    """A "Unicode" export from Windows tools (UTF-16, with or without a byte-order mark) is named as such,
+    with the fix, for GPU and LLM files alike; not reported as binary data."""
+    gpu = tmp_path / "gpu.json"
+    gpu.write_bytes(json.dumps({**GPU, "name": "My GPU", "aliases": []}).encode(encoding))
+    cfg = tmp_path / "config.json"
+    cfg.write_bytes(json.dumps({"model_type": "llama", "num_hidden_layers": 32}).encode(encoding))
+    for call, needle in ((lambda: wattgpu.predict(str(gpu), LLM_NAME), "GPU spec"),
+                         (lambda: wattgpu.predict("H100", str(cfg)), "LLM config")):
+        with pytest.raises(ConfigFileError) as ei:
+            call()
+        assert f"is UTF-16 text; save the {needle} file as UTF-8" in str(ei.value)
+
+
+def test_binary_file_is_not_taken_for_utf16(tmp_path):
+    f = tmp_path / "gpu.json"
+    f.write_bytes(bytes(range(256)) * 4)
+    with pytest.raises(ConfigFileError, match="NUL bytes"):
+        wattgpu.predict(str(f), LLM_NAME)

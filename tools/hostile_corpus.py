@@ -84,6 +84,17 @@ def make_fixtures(d: Path) -> dict[str, str]:
         "hf_neg.json": json.dumps({**HF_OK, "num_hidden_layers": -3}).encode(),
         "hf_str.json": json.dumps({**HF_OK, "hidden_size": "4096"}).encode(),
         "hf_kv.json": json.dumps({**HF_OK, "num_key_value_heads": 64}).encode(),
+        # encodings and units a spreadsheet or a spec sheet invites
+        "utf16.json": json.dumps(GPU_OK).encode("utf-16"), "utf16be.json": json.dumps(HF_OK).encode("utf-16-be"),
+        "utf16.csv": f"llm,gpu\n{LLM},NVIDIA A30\n".encode("utf-16"),
+        "utf16le.csv": f"llm,gpu\n{LLM},NVIDIA A30\n".encode("utf-16-le"),
+        "semicolon.csv": f"llm;gpu\n{LLM};NVIDIA A30\n".encode(), "tab.csv": f"llm\tgpu\n{LLM}\tNVIDIA A30\n".encode(),
+        "tb_s.json": json.dumps({**GPU_OK, "memory_bandwidth_gb_s": 3.35}).encode(),
+        "kw.json": json.dumps({**GPU_OK, "tdp_w": 0.7}).encode(),
+        "bytes.json": json.dumps({**GPU_OK, "memory_size_gb": 80e9}).encode(),
+        "mib.json": json.dumps({**GPU_OK, "memory_size_gb": 81920}).encode(),
+        "flops.json": json.dumps({**GPU_OK, "fp16_tflops": 989.4e12}).encode(),
+        "ghz.json": json.dumps({**GPU_OK, "base_clock_mhz": 1.59, "boost_clock_mhz": 1.98}).encode(),
     }
     for name, data in files.items():
         (d / name).write_bytes(data)
@@ -154,6 +165,19 @@ def build_cases(fx: dict[str, str]) -> list[Case]:
     for f in ("idle_over_tdp.json", "clocks.json", "zero_mem.json"):
         cases.append(Case(f"gpu file {f}", run=lambda f=f: pred.predict(fx[f], LLM), must_fail=True,
                           expect=("idle_power_w", "boost_clock_mhz", "memory_size_gb")))
+    for f in ("tb_s.json", "kw.json", "bytes.json", "mib.json", "flops.json", "ghz.json"):  # unit slips: named
+        cases.append(Case(f"gpu file {f}", run=lambda f=f: pred.predict(fx[f], LLM), must_fail=True,
+                          expect=("looks like",)))
+    cases.append(Case("gpu file utf16.json", run=lambda: pred.predict(fx["utf16.json"], LLM), must_fail=True,
+                      expect=("UTF-16",)))
+    cases.append(Case("llm file utf16be.json", run=lambda: pred.predict("H100", fx["utf16be.json"]), must_fail=True,
+                      expect=("UTF-16",)))
+    for f, words in (("utf16.csv", "UTF-16"), ("utf16le.csv", "UTF-16"), ("semicolon.csv", "separates columns"),
+                     ("tab.csv", "separates columns")):
+        cases.append(Case(f"predict_csv({f})", run=lambda f=f: predict_csv(fx[f], out_csv), must_fail=True,
+                          expect=(words,)))
+        cases.append(Case(f"cli --input {f}", argv=["predict", "--input", fx[f], "--output", out_csv],
+                          must_fail=True, expect=(words,)))
     for f in ("hf_heads.json", "hf_neg.json", "hf_str.json", "hf_kv.json"):
         cases.append(Case(f"llm file {f}", run=lambda f=f: pred.predict("H100", fx[f]), must_fail=True,
                           expect=("num_attention_heads", "num_layers", "num_hidden_layers", "hidden_size", "num_kv_heads")))

@@ -142,6 +142,16 @@ def resolve_json_path(path: str | os.PathLike[str], *, what: str, dir_file: str 
     return p
 
 
+def looks_utf16(head: bytes | str) -> bool:
+    """Whether ``head`` (a file's first bytes, or its first line as decoded) is UTF-16 text: a UTF-16
+    byte-order mark, or text with every other byte NUL (what a "Unicode" export from Windows tools gives)."""
+    if isinstance(head, bytes) and head[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return True
+    h = head[:64] if isinstance(head, bytes) else head[:64].encode("latin-1", "replace")
+    return len(h) >= 4 and any(zeros == bytes(len(zeros)) and 0 not in text
+                               for zeros, text in ((h[1::2], h[0::2]), (h[0::2], h[1::2])))
+
+
 def read_json_file(path: str | os.PathLike[str], *, what: str, max_bytes: int = 1_000_000,
                    dir_file: str | None = "config.json") -> dict[str, Any]:
     """Read a JSON object from ``path`` (or ``path/dir_file`` for a directory), refusing anything unsafe.
@@ -160,6 +170,8 @@ def read_json_file(path: str | os.PathLike[str], *, what: str, max_bytes: int = 
     if len(raw) > max_bytes:
         raise ConfigFileError(shown, f"is larger than {max_bytes:,} bytes, the limit for {what} files "
                                      f"(check that this is the right file)")
+    if looks_utf16(raw):
+        raise ConfigFileError(shown, f"is UTF-16 text; save the {what} file as UTF-8")
     if b"\x00" in raw:
         raise ConfigFileError(shown, f"contains NUL bytes (binary data); pass a text {what} JSON file")
     try:

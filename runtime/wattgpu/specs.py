@@ -52,13 +52,36 @@ ARCH_CLASSES = (
 )
 
 
+# Unit slips a spec sheet invites, per expected unit: (factor to the expected unit, the unit given).
+UNIT_SLIPS: dict[str, tuple[tuple[float, str], ...]] = {
+    "W": ((1e3, "kW"),),
+    "GB/s": ((1e3, "TB/s"), (1e-9, "bytes/s")),
+    "GB": ((1e-9, "bytes"), (2.0**-30, "bytes"), (2.0**-10, "MiB"), (1e3, "TB")),
+    "dense FP16 TFLOPS": ((1e-12, "FLOPS"), (1e-3, "GFLOPS"), (1e3, "PFLOPS")),
+    "MHz": ((1e3, "GHz"), (1e-6, "Hz")),
+    "million transistors": ((1e3, "billions"), (1e-6, "transistors")),
+    "billion parameters": ((1e-9, "parameters"), (1e-6, "thousands"), (1e-3, "millions")),
+}
+
+
+def unit_hint(value: float, lo: float, hi: float, unit: str) -> str:
+    """`` (… looks like X: that is Y unit)`` when a common unit slip would put ``value`` in [lo, hi], else ''."""
+    for factor, given in UNIT_SLIPS.get(unit, ()):
+        v = value * factor
+        if lo <= v <= hi:
+            return f"; {value:g} looks like {given}, which is {v:.4g} {unit}"
+    return ""
+
+
 def check_number(entity: str, name: str, value: Any, lo: float, hi: float, unit: str) -> float:
-    """Return ``value`` as a finite float within [lo, hi] or raise a SpecValidationError naming the field."""
+    """Return ``value`` as a finite float within [lo, hi] or raise a SpecValidationError naming the field
+    (and, for a value that a common unit slip explains, the unit it looks like)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise SpecValidationError(entity, name, value, f"a number in [{lo:g}, {hi:g}] {unit}")
     v = float(value)
     if not math.isfinite(v) or v < lo or v > hi:
-        raise SpecValidationError(entity, name, value, f"a finite number in [{lo:g}, {hi:g}] {unit}")
+        hint = unit_hint(v, lo, hi, unit) if math.isfinite(v) else ""
+        raise SpecValidationError(entity, name, value, f"a finite number in [{lo:g}, {hi:g}] {unit}{hint}")
     return v
 
 

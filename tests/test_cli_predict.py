@@ -82,3 +82,21 @@ def test_user_described_gpu_and_llm_files(tmp_path) -> None:
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
     assert out["gpu"] == "What-if GPU" and 0 < out["power_w"] <= 400
+
+
+def test_an_idle_server_prints_readable_figures() -> None:
+    """At 1e-300 req/s the idle power spread over almost no tokens gives ~1e+298 J/token: printed with 4
+    significant digits, not as a 300-digit fixed-point number, in predict and rank alike."""
+    import re
+
+    llm = "meta-llama/Llama-3.1-8B-Instruct"
+    for args in (["predict", "--gpu", "NVIDIA A30"], ["rank", "--gpus", "NVIDIA A30,NVIDIA H100 SXM5 80GB"]):
+        r = run_cli(*args, "--llm", llm, "--workload", "server", "--qps", "1e-300", "--usd-per-kwh", "0.1",
+                    "--gco2-per-kwh", "400")
+        assert r.returncode == 0, r.stderr
+        assert re.search(r"\d\.\d+e\+29\d", r.stdout), r.stdout  # the huge figures, in scientific form
+        assert max(len(t) for t in re.findall(r"[\d.e+]+", r.stdout)) <= 12, r.stdout
+    from wattgpu.cli import num
+
+    assert (num(12.3456, ">8.3f"), num(3.2e7, ">8.3f"), num(-3.2e7, ".1f"), num(float("nan"), ".1f")) == \
+        ("  12.346", " 3.2e+07", "-3.2e+07", "nan")

@@ -13,7 +13,7 @@ import pytest
 
 import wattgpu
 from wattgpu import ArtifactError, Predictor, Workload
-from wattgpu.errors import WattGPUError
+from wattgpu.errors import ConfigFileError, WattGPUError
 
 REPO = Path(__file__).resolve().parents[1]
 MODELS = REPO / "runtime" / "wattgpu" / "models"
@@ -131,8 +131,10 @@ def test_consistently_edited_invalid_catalog_is_an_artifact_error(models):
 
 
 def test_missing_model_dir():
-    with pytest.raises(ArtifactError, match="feature_schema.json"):
-        Predictor(model_dir="/nonexistent/wattgpu-models").predict("H100", LLM)
+    """A directory that does not exist is a bad argument (exit 2), not a damaged install."""
+    with pytest.raises(ConfigFileError, match="/nonexistent/wattgpu-models: the model bundle directory given "
+                                              "as model_dir does not exist"):
+        Predictor(model_dir="/nonexistent/wattgpu-models")
 
 
 def test_cli_exits_3_on_tampered_package(tmp_path):

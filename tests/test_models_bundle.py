@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from wattgpu import ArtifactError, Predictor, Workload
+from wattgpu import ArtifactError, ConfigFileError, Predictor, Workload
 from wattgpu.targets import TARGETS
 
 from .helpers import REPO, SRC_PATH, run_cli
@@ -90,3 +90,28 @@ def test_fit_cli_writes_a_bundle_the_runtime_reads(tmp_path):
     r = run_cli("fit", "--out", str(out), "--trees", "5", "--no-intervals", module="wattgpu_train.cli", timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert Predictor(models=out).predict(GPU, LLM).power_w > 0
+
+
+def test_a_path_that_is_not_a_bundle_directory_is_a_bad_invocation(tmp_path):
+    """A missing path or a file: exit 2 naming where the path came from and the fix (a directory with
+    missing or damaged bundle files stays exit 3, above and below)."""
+    (tmp_path / "file").write_text("x")
+    cases = {"missing": "does not exist", "file": "is not a directory"}
+    for name, problem in cases.items():
+        path = str(tmp_path / name)
+        for kw, origin in (("models", "models"), ("model_dir", "model_dir")):
+            with pytest.raises(ConfigFileError) as ei:
+                Predictor(**{kw: path})
+            assert problem in str(ei.value) and f"given as {origin} " in str(ei.value)
+        r = run_cli("predict", "--llm", LLM, "--gpu", GPU, "--models", path)
+        assert r.returncode == 2 and problem in r.stderr and "given as --models" in r.stderr, r.stderr
+        assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+        env = {**os.environ, "PYTHONPATH": SRC_PATH, "WATTGPU_MODELS": path}
+        r = subprocess.run([sys.executable, "-m", "wattgpu.cli", "predict", "--llm", LLM, "--gpu", GPU],
+                           capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+        assert r.returncode == 2 and problem in r.stderr and "unset WATTGPU_MODELS" in r.stderr, r.stderr
+
+
+def test_an_empty_directory_is_a_bundle_missing_its_manifest(tmp_path):
+    r = run_cli("predict", "--llm", LLM, "--gpu", GPU, "--models", str(tmp_path))
+    assert r.returncode == 3 and "feature_schema.json" in r.stderr, r.stderr

@@ -178,6 +178,15 @@ def build_cases(fx: dict[str, str]) -> list[Case]:
                           expect=(words,)))
         cases.append(Case(f"cli --input {f}", argv=["predict", "--input", fx[f], "--output", out_csv],
                           must_fail=True, expect=(words,)))
+    # model bundle directories that are not one: a bad argument (exit 2) or a bundle missing its manifest (3)
+    for p, words in (("missing-dir", "does not exist"), ("ok.csv", "is not a directory"), ("dir", "feature_schema.json"),
+                     ("long", "cannot be read"), ("", "does not exist")):
+        path = fx.get(p, os.path.join(os.path.dirname(fx["ok.csv"]), p) if p else "")
+        cases.append(Case(f"Predictor(models={p!r})", run=lambda q=path: Predictor(models=q).predict("A30", LLM),
+                          must_fail=True, expect=(words,)))
+        if p:
+            cases.append(Case(f"cli --models {p}", argv=["predict", "--llm", LLM, "--gpu", "A30", "--models", path],
+                              must_fail=True, expect=(words,)))
     for f in ("hf_heads.json", "hf_neg.json", "hf_str.json", "hf_kv.json"):
         cases.append(Case(f"llm file {f}", run=lambda f=f: pred.predict("H100", fx[f]), must_fail=True,
                           expect=("num_attention_heads", "num_layers", "num_hidden_layers", "hidden_size", "num_kv_heads")))

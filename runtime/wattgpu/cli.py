@@ -93,6 +93,17 @@ def dtype_option(fn: Callable[..., Any]) -> Callable[..., Any]:
                         help="Weight dtype as served: auto (the checkpoint's), bfloat16, float16, fp8, int8, int4.")(fn)
 
 
+READABLE_FIXED = 1e7  # at and above this, fixed-point figures switch to 4 significant digits
+
+
+def num(x: float, spec: str) -> str:
+    """``format(x, spec)`` for a fixed-point ``spec`` such as ``">8.3f"``; 4 significant digits in the same
+    width once ``|x|`` reaches READABLE_FIXED (an idle server's J/token can be 1e+20, not 21 digits)."""
+    if abs(x) >= READABLE_FIXED and x == x and abs(x) != float("inf"):
+        return format(x, spec[:spec.index(".")] + ".4g")
+    return format(x, spec)
+
+
 def _fmt_interval(intervals: dict[str, list[float]], scale: float, fmt: str) -> str:
     if "80" not in intervals:
         return ""
@@ -135,9 +146,12 @@ def models_option(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def _predictor(models: str | None) -> Any:
     """The predictor over ``--models DIR`` (or $WATTGPU_MODELS, or the packaged bundle)."""
-    from .predictor import Predictor, default_predictor
+    from .predictor import Predictor, check_bundle_dir, default_predictor
 
-    return Predictor(models) if models else default_predictor()
+    if models:
+        check_bundle_dir(models, "--models")  # named as the option the user typed
+        return Predictor(models)
+    return default_predictor()
 
 
 def price_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -206,11 +220,11 @@ def predict(llm: str | None, gpu: str | None, as_json: bool, usd_per_kwh: float 
         ("mean power", f"{p['power_w']:.0f} W{_fmt_interval(p['power_intervals'], 1, '.0f')}"
                        + ("" if p["tp"] == 1 else f" per GPU; {p['total_power_w']:.0f} W for {p['tp']} GPUs")),
         ("ITL (per sequence)", f"{p['itl_s'] * 1e3:.1f} ms/token{_fmt_interval(p['itl_intervals'], 1e3, '.1f')}"),
-        ("throughput", f"{p['throughput_tok_s']:.1f} tokens/s"),
+        ("throughput", f"{num(p['throughput_tok_s'], '.1f')} tokens/s"),
         ("capacity", f"at most {p['max_qps']:.3g} req/s ({p['max_qps'] * p['workload']['output_tokens']:.0f} tokens/s), "
                      f"utilization {p['utilization']:.0%}, KV cache fits {p['max_concurrency']} sequences"),
-        ("energy (GPU only)", f"{e['j_per_token']:.3f} J/token, {e['wh_per_request']:.3f} Wh/request, "
-                              f"{e['kwh_per_mtok']:.3f} kWh per million tokens"),
+        ("energy (GPU only)", f"{num(e['j_per_token'], '.3f')} J/token, {num(e['wh_per_request'], '.3f')} Wh/request, "
+                              f"{num(e['kwh_per_mtok'], '.3f')} kWh per million tokens"),
         ("baselines", f"TDP {p['baselines']['tdp_w']:.0f} W, load-scaled TDP {p['baselines']['ls_tdp_w']:.0f} W"
                       + ("" if p["tp"] == 1 else " per GPU") + f", roofline ITL {p['baselines']['roofline_itl_s'] * 1e3:.1f} ms"),
     ]
@@ -219,9 +233,9 @@ def predict(llm: str | None, gpu: str | None, as_json: bool, usd_per_kwh: float 
     if p["idle_power_w"] is not None:
         rows.append(("idle power", f"{p['idle_power_w']:.1f} W ({p['idle_power_source']})"))
     if e["usd_per_mtok"] is not None:
-        rows.append(("cost", f"${e['usd_per_mtok']:.4f} per million tokens (PUE {pue:g})"))
+        rows.append(("cost", f"${num(e['usd_per_mtok'], '.4f')} per million tokens (PUE {pue:g})"))
     if e["gco2_per_mtok"] is not None:
-        rows.append(("carbon", f"{e['gco2_per_mtok']:.1f} gCO2e per million tokens (PUE {pue:g})"))
+        rows.append(("carbon", f"{num(e['gco2_per_mtok'], '.1f')} gCO2e per million tokens (PUE {pue:g})"))
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         click.echo(f"{k:<{width}}  {v}")
@@ -323,10 +337,10 @@ def _print_rank(res: Any) -> None:
         line = f"{i:>3} {c.gpu:<{gw}}"
         line += f" {c.replicas:>6} {c.fleet_power_w:>9.0f}" if fleet else ""
         line += f" {c.tp:>2} {c.total_power_w:>8.1f} {c.power_w:>7.1f}" if multi else f" {c.power_w:>8.1f}"
-        line += (f" {c.itl_s * 1e3:>7.1f} {c.throughput_tok_s:>8.1f} {c.max_qps or 0.0:>8.3g}"
-                 f" {e['j_per_token']:>8.3f} {e['wh_per_request']:>7.3f} {e['kwh_per_mtok']:>9.3f}")
-        line += f" {e['usd_per_mtok']:>8.4f}" if priced else ""
-        line += f" {e['gco2_per_mtok']:>10.1f}" if carbon else ""
+        line += (f" {c.itl_s * 1e3:>7.1f} {num(c.throughput_tok_s, '>8.1f')} {c.max_qps or 0.0:>8.3g}"
+                 f" {num(e['j_per_token'], '>8.3f')} {num(e['wh_per_request'], '>7.3f')} {num(e['kwh_per_mtok'], '>9.3f')}")
+        line += f" {num(e['usd_per_mtok'], '>8.4f')}" if priced else ""
+        line += f" {num(e['gco2_per_mtok'], '>10.1f')}" if carbon else ""
         click.echo(line)
     if fleet and res.candidates:
         click.echo("(power W, ITL ms, tok/s and max q/s are per replica)")

@@ -13,6 +13,7 @@ Every row tuple and every function takes ``(gpu, llm, workload)`` in that order.
 from __future__ import annotations
 
 import os
+import stat
 import threading
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -22,7 +23,7 @@ from . import assemble, checks, results, single
 from .assemble import Row
 from .bundle import ModelBundle, parse_interval_factors
 from .checks import NO_KV_CACHE, context_warnings, domain_warnings
-from .errors import ArgumentTypeError, WattGPUError
+from .errors import ArgumentTypeError, ConfigFileError, WattGPUError
 from .features import Columns
 from .prediction import Prediction
 from .resolve import as_workload, resolve_gpu, resolve_llm, resolve_pair
@@ -53,7 +54,11 @@ class Predictor:
             raise ArgumentTypeError(f"catalog: expected a wattgpu.Catalog or None, got {type(catalog).__name__}")
         if models is not None and model_dir is not None:
             raise WattGPUError("models: pass models or model_dir (its old name), not both")
-        self.bundle = ModelBundle(models_dir(models if models is not None else model_dir))
+        given, origin = (models, "models") if models is not None else (model_dir, "model_dir")
+        path = models_dir(given)
+        if path is not None:
+            check_bundle_dir(path, origin if given is not None else f"${MODELS_ENV}")
+        self.bundle = ModelBundle(path)
         self._catalog = catalog
 
     @property
@@ -183,6 +188,27 @@ def models_dir(models: str | os.PathLike[str] | None) -> str | os.PathLike[str] 
         return models
     env = os.environ.get(MODELS_ENV, "").strip()
     return env or None
+
+
+def check_bundle_dir(path: str | os.PathLike[str], origin: str) -> None:
+    """Refuse a ``path`` (given as ``origin``: ``models``, ``model_dir``, ``$WATTGPU_MODELS``) that is not
+    a directory, with a ConfigFileError (exit 2) that names where it came from and the fix. A directory
+    whose bundle files are missing or damaged is left to the integrity checks (ArtifactError, exit 3)."""
+    shown = os.fspath(path) or "''"
+    fix = (f"unset {MODELS_ENV} to use the packaged models" if origin == f"${MODELS_ENV}"
+           else "leave it out to use the packaged models")
+    try:
+        is_dir = stat.S_ISDIR(os.stat(os.fspath(path)).st_mode)
+    except FileNotFoundError:
+        problem = "does not exist"
+    except (OSError, ValueError) as exc:  # too long a name, no permission, NUL in the path
+        problem = f"cannot be read ({getattr(exc, 'strerror', None) or exc})"
+    else:
+        if is_dir:
+            return  # a directory missing a bundle file is a damaged bundle: the integrity checks name it
+        problem = "is not a directory"
+    raise ConfigFileError(shown, f"the model bundle directory given as {origin} {problem}; pass a directory "
+                                 f"written by `wattgpu-train fit --out DIR`, or {fix}")
 
 
 _DEFAULT: Predictor | None = None

@@ -249,3 +249,14 @@ def test_binary_file_is_not_taken_for_utf16(tmp_path):
     f.write_bytes(bytes(range(256)) * 4)
     with pytest.raises(ConfigFileError, match="NUL bytes"):
         wattgpu.predict(str(f), LLM_NAME)
+
+
+@pytest.mark.parametrize("kind", ["closed_loop", "offline"])
+def test_fewer_than_one_sequence_is_refused_unless_server(kind):
+    """A closed loop of 0.001 clients was predicted exactly like one client; below 1 only a server's
+    time-averaged concurrency (Little's law) makes sense."""
+    with pytest.raises(SpecValidationError) as ei:
+        Workload(kind=kind, concurrency=0.5)
+    assert ei.value.field == "concurrency" and f"kind is '{kind}'" in str(ei.value)
+    assert Workload(kind=kind, concurrency=1).concurrency == 1
+    assert Workload(kind="server", qps=0.1, concurrency=0.05).concurrency == 0.05

@@ -178,6 +178,11 @@ def build_cases(fx: dict[str, str]) -> list[Case]:
                           expect=(words,)))
         cases.append(Case(f"cli --input {f}", argv=["predict", "--input", fx[f], "--output", out_csv],
                           must_fail=True, expect=(words,)))
+    for kind in ("closed_loop", "offline"):  # fewer than one sequence decoding: only a server's mean can be
+        cases.append(Case(f"Workload({kind}, concurrency=0.001)", must_fail=True, expect=("concurrency",),
+                          run=lambda k=kind: pred.predict("A30", LLM, Workload(kind=k, concurrency=0.001))))
+        cases.append(Case(f"cli --workload {kind} --concurrency 0.5", must_fail=True, expect=("concurrency",),
+                          argv=["predict", "--llm", LLM, "--gpu", "A30", "--workload", kind, "--concurrency", "0.5"]))
     # model bundle directories that are not one: a bad argument (exit 2) or a bundle missing its manifest (3)
     for p, words in (("missing-dir", "does not exist"), ("ok.csv", "is not a directory"), ("dir", "feature_schema.json"),
                      ("long", "cannot be read"), ("", "does not exist")):

@@ -111,6 +111,12 @@ class Workload:
             raise SpecValidationError("workload", "qps", self.qps, "no arrival rate unless the workload kind is 'server'")
         if self.kind == "closed_loop" and self.concurrency is None:
             raise SpecValidationError("workload", "concurrency", None, "the number of concurrent clients for a closed_loop workload")
+        if self.kind != "server" and self.concurrency is not None and self.concurrency < 1:
+            # a busy engine decodes at least one sequence; only a server's time-averaged concurrency
+            # (arrival rate × time in system, Little's law) can be below 1
+            raise SpecValidationError("workload", "concurrency", self.concurrency,
+                                      f"at least 1 sequence when the workload kind is '{self.kind}' (values below 1 "
+                                      "are only a server's mean concurrency)")
 
     @property
     def context_tokens(self) -> int:

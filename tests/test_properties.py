@@ -159,8 +159,14 @@ def _check(gpu_data, llm_builder, wl_data) -> None:
     values = [p.power_w, p.itl_s, p.throughput_tok_s, p.system_s_per_token, p.energy_per_token_j,
               p.energy_per_request_j, p.effective_batch, p.busy_fraction]
     assert all(isinstance(v, float) and math.isfinite(v) for v in values), (values, gpu, llm, wl)
-    assert 0 < p.power_w <= 1.5 * gpu.tdp_w
+    assert 0 < p.power_w <= gpu.tdp_w  # per GPU, capped at its TDP
     assert p.itl_s > 0 and p.throughput_tok_s > 0 and p.system_s_per_token > 0
+    # energy is the group's power over its token rate; a server never serves more than is offered or
+    # than its capacity
+    assert math.isclose(p.energy_per_token_j, p.power_w * wl.tp / p.throughput_tok_s, rel_tol=1e-9)
+    if wl.kind == "server":
+        cap = min(wl.qps, p.max_qps) * wl.output_tokens  # type: ignore[type-var]
+        assert p.throughput_tok_s <= cap * (1 + 1e-9), (p.throughput_tok_s, cap)
     assert p.energy_per_token_j > 0 and p.energy_per_request_j > 0
     assert p.effective_batch >= 1 and 0 < p.busy_fraction <= 1
     for iv in p.power_intervals + p.itl_intervals:

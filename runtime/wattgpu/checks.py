@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
+from functools import lru_cache
 from operator import itemgetter
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -81,13 +83,38 @@ def row_error(row: Row, cols: F.Columns, i: int) -> WattGPUError | None:
         have = g.memory_size_gb * w.gpu_memory_utilization
         where = f"{g.name}" if w.tp == 1 else f"{w.tp} × {g.name}"
         per = "" if w.tp == 1 else f" per GPU (1/{w.tp} of the weights and KV cache)"
-        fix = "use a larger GPU" if w.tp == 1 else "use more or larger GPUs (or --tp auto in rank)"
+        fix = _fit_fix(g, m, w)
         err = ModelFitError(f"{m.name} does not fit on {where}: needs {need:.1f} GB{per} (weights + activation "
                             f"reserve + one {w.context_tokens}-token sequence), GPU has {have:.1f} GB usable "
                             f"({g.memory_size_gb:g} GB × {w.gpu_memory_utilization:g}); {fix}")
         err.need_gb, err.have_gb = need, have  # type: ignore[attr-defined]
         return err
     return None
+
+
+TP_TRIED = (2, 4, 8, 16, 32, 64)  # tensor-parallel degrees a does-not-fit message may suggest
+
+
+def smallest_fitting_tp(g: GpuSpec, m: LlmSpec, w: Workload) -> int | None:
+    """The smallest tensor-parallel degree above ``w.tp`` (powers of two up to the GPU's group size) whose
+    group can run ``m`` and holds it with one full sequence, by the same checks as a prediction; or None."""
+    for tp in (t for t in TP_TRIED if t > w.tp and t <= (g.max_group or 1)):
+        if parallel.group_error(g, m, tp) is None:
+            wl = replace(w, tp=tp)
+            if F.columns([(g, m, wl)])["fit_sequences"][0] >= 1:
+                return tp
+    return None
+
+
+@lru_cache(maxsize=512)  # a CSV of many rows that do not fit asks the same question again and again
+def _fit_fix(g: GpuSpec, m: LlmSpec, w: Workload) -> str:
+    """What to do about a model that does not fit: the smallest group of these GPUs that holds it, if any."""
+    tp = smallest_fitting_tp(g, m, w)
+    if tp is not None:
+        return f"split it over {tp} of these GPUs (--tp {tp}; rank --tp auto tries 1, 2, 4, 8) or use a larger GPU"
+    if (g.max_group or 1) > 1:
+        return f"use a larger GPU: no group of up to {g.max_group} of these GPUs holds it"
+    return "use a larger GPU"
 
 
 def not_finite_error(row: Row) -> WattGPUError:

@@ -286,9 +286,21 @@ def rank_cmd(llm: str, max_itl_ms: float | None, strict: bool, gpus: str | None,
     auto = str(wl["tp"]).strip().lower() == "auto"
     if auto:
         wl["tp"] = "1"
-    res = rank(llm, make_workload(**wl), gpus=names, max_itl_ms=max_itl_ms, strict=strict, sort=sort,
-               usd_per_kwh=usd_per_kwh, gco2_per_kwh=gco2_per_kwh, pue=pue, replicas=replicas, dtype=dtype,
-               predictor=_predictor(models), tp="auto" if auto else None)
+    workload, predictor = make_workload(**wl), _predictor(models)
+
+    def ranked(tp: str | None) -> Any:
+        return rank(llm, workload, gpus=names, max_itl_ms=max_itl_ms, strict=strict, sort=sort,
+                    usd_per_kwh=usd_per_kwh, gco2_per_kwh=gco2_per_kwh, pue=pue, replicas=replicas, dtype=dtype,
+                    predictor=predictor, tp=tp)
+
+    res = ranked("auto" if auto else None)
+    tp_given = click.get_current_context().get_parameter_source("tp") != click.core.ParameterSource.DEFAULT
+    if not tp_given and not res.candidates and res.excluded \
+            and all(x.reason_kind == "does_not_fit" for x in res.excluded):
+        # no single GPU holds the model: the question is then which group of GPUs, as --tp auto answers
+        res = ranked("auto")
+        click.echo(f"note: {res.llm} does not fit on any of these GPUs alone; ranking tensor-parallel groups of "
+                   "1, 2, 4 and 8 GPUs (--tp auto; pass --tp 1 for single GPUs only)", err=True)
     if plot_path:
         from .plot import write_svg
 

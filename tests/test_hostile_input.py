@@ -293,6 +293,23 @@ def test_catalog_obeys_the_cross_field_rules():
         Catalog.from_json(data)
 
 
+@pytest.mark.parametrize("doc,words", [
+    ({}, "the top level lacks the key 'catalog_version'"), ([], "expected a JSON object"),
+    ({"catalog_version": 1, "gpus": "x", "llms": []}, "'gpus' must be a list"),
+    ({"catalog_version": 1, "gpus": [1], "llms": []}, "gpus[0] must be an object with the key 'spec'"),
+    ({"catalog_version": 1, "gpus": [{"spec": []}], "llms": []}, "gpus[0].spec must be an object"),
+    ({"catalog_version": 1, "gpus": [], "llms": [{"spec": {}}]}, "llms[0] must be an object with the key 'name'"),
+    ({"catalog_version": 1, "gpus": [], "llms": [{"name": "x"}]}, "an entry lacks the key 'spec'"),
+])
+def test_malformed_catalog_documents_are_named_in_words(doc, words):
+    """A catalog document of the wrong shape says which part, not a Python exception's repr, and names
+    the file it came from."""
+    with pytest.raises(wattgpu.ArtifactError) as ei:
+        Catalog.from_json(doc, source="my/specs.json")
+    msg = str(ei.value)
+    assert msg.startswith("my/specs.json: malformed catalog: ") and words in msg and "Error(" not in msg, msg
+
+
 def test_predicted_power_never_below_idle_for_server_load():
     a30 = default_catalog().gpu("A30")
     for qps in (0.001, 0.1, 1.0):

@@ -120,7 +120,7 @@ def make_fixtures(d: Path) -> dict[str, str]:
 # ------------------------------------------------------------------ cases
 def build_cases(fx: dict[str, str]) -> list[Case]:
     import wattgpu
-    from wattgpu import GpuSpec, LlmSpec, Predictor, Workload, default_catalog, rank
+    from wattgpu import Catalog, GpuSpec, LlmSpec, Predictor, Workload, default_catalog, rank
     from wattgpu.batch import predict_csv
     from wattgpu.hfconfig import llm_from_hf_config, load_llm_file
     from wattgpu.plot import render_svg
@@ -183,6 +183,12 @@ def build_cases(fx: dict[str, str]) -> list[Case]:
                           run=lambda k=kind: pred.predict("A30", LLM, Workload(kind=k, concurrency=0.001))))
         cases.append(Case(f"cli --workload {kind} --concurrency 0.5", must_fail=True, expect=("concurrency",),
                           argv=["predict", "--llm", LLM, "--gpu", "A30", "--workload", kind, "--concurrency", "0.5"]))
+    for doc in ({}, [], None, "x", {"catalog_version": 1, "gpus": "x", "llms": []},
+                {"catalog_version": 1, "gpus": [1], "llms": []}, {"catalog_version": 1, "gpus": [{"spec": []}], "llms": []},
+                {"catalog_version": 1, "gpus": [], "llms": [{"name": "x"}]},
+                {"catalog_version": 1, "gpus": [{"spec": {"tdp_w": 3}}], "llms": []}):
+        cases.append(Case(f"Catalog.from_json({json.dumps(doc)[:30]})", run=lambda d=doc: Catalog.from_json(d),
+                          must_fail=True, expect=("malformed catalog", "invalid catalog entry")))
     # model bundle directories that are not one: a bad argument (exit 2) or a bundle missing its manifest (3)
     for p, words in (("missing-dir", "does not exist"), ("ok.csv", "is not a directory"), ("dir", "feature_schema.json"),
                      ("long", "cannot be read"), ("", "does not exist")):

@@ -401,7 +401,7 @@ class ModelBundle:
             if self.path is None and self.schema.catalog_file == CATALOG_RESOURCE:
                 self._catalog = default_catalog()  # the same packaged file, verified by .schema
             else:
-                self._catalog = Catalog.from_json(self.catalog_document())
+                self._catalog = Catalog.from_json(self.catalog_document(), self.label(self.schema.catalog_file))
         return self._catalog
 
     def catalog_document(self) -> dict[str, Any]:

@@ -371,14 +371,41 @@ def _norm_gpu(name: str) -> str:
 
 
 @contextmanager
-def _catalog_errors() -> Iterator[None]:
-    """Any error while reading the packaged catalog, as one :class:`ArtifactError` saying what to do."""
+def _catalog_errors(source: str = "specs.json") -> Iterator[None]:
+    """Any error while reading a catalog document (``source`` names it), as one :class:`ArtifactError`
+    that says in words what is wrong and what to do."""
+    fix = "reinstall wattgpu or rebuild the catalog"
     try:
         yield
-    except (KeyError, TypeError, AttributeError) as exc:
-        raise ArtifactError(f"specs.json: malformed catalog ({exc!r}); reinstall wattgpu or rebuild the catalog") from None
+    except KeyError as exc:
+        raise ArtifactError(f"{source}: malformed catalog: an entry lacks the key {exc.args[0]!r}; {fix}") from None
+    except (TypeError, AttributeError) as exc:
+        raise ArtifactError(f"{source}: malformed catalog: a value has the wrong type ({exc}); {fix}") from None
     except SpecValidationError as exc:
-        raise ArtifactError(f"specs.json: invalid catalog entry ({exc}); reinstall wattgpu or rebuild the catalog") from None
+        raise ArtifactError(f"{source}: invalid catalog entry ({exc}); {fix}") from None
+
+
+def check_catalog_shape(data: Any, source: str = "specs.json") -> None:
+    """The catalog document's outline: an object with ``catalog_version``, a ``gpus`` list of objects with
+    a ``spec`` object and an ``llms`` list of objects with a ``name``; an ArtifactError naming the part
+    that is not, before any entry is read."""
+    def bad(what: str) -> ArtifactError:
+        return ArtifactError(f"{source}: malformed catalog: {what}; reinstall wattgpu or rebuild the catalog")
+
+    if not isinstance(data, Mapping):
+        raise bad(f"expected a JSON object with 'gpus' and 'llms' lists, got {type(data).__name__}")
+    for key in ("catalog_version", "gpus", "llms"):
+        if key not in data:
+            raise bad(f"the top level lacks the key {key!r}")
+    for key, inner in (("gpus", "spec"), ("llms", "name")):
+        rows = data[key]
+        if not isinstance(rows, list):
+            raise bad(f"{key!r} must be a list of entries, got {type(rows).__name__}")
+        for i, row in enumerate(rows):
+            if not isinstance(row, Mapping) or inner not in row:
+                raise bad(f"{key}[{i}] must be an object with the key {inner!r}")
+            if key == "gpus" and not isinstance(row["spec"], Mapping):
+                raise bad(f"gpus[{i}].spec must be an object of GPU fields")
 
 
 def _gpu_keys_of(name: str, aliases: Any) -> tuple[str, ...]:
@@ -440,8 +467,10 @@ class Catalog:
                 self._llm_index.setdefault(key, m)
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Catalog":
-        with _catalog_errors():
+    def from_json(cls, data: Mapping[str, Any], source: str = "specs.json") -> "Catalog":
+        """The catalog of a ``specs.json`` document (``source`` names it in errors: ArtifactError)."""
+        check_catalog_shape(data, source)
+        with _catalog_errors(source):
             gpus = tuple(_gpu_from_raw(g["spec"]) for g in data["gpus"])
             llms = tuple(_llm_from_raw(m) for m in data["llms"] if m["spec"])
             unsupported = tuple((m["name"], m["unsupported_reason"]) for m in data["llms"] if not m["spec"])
@@ -526,6 +555,7 @@ class LazyCatalog(Catalog):
         import threading
 
         setattr_ = object.__setattr__
+        check_catalog_shape(data)
         with _catalog_errors():
             gpu_raw = [g["spec"] for g in data["gpus"]]
             llm_raw = [m for m in data["llms"] if m["spec"]]

@@ -46,3 +46,15 @@ def test_cli_plot_writes_file(tmp_path):
     assert r.exit_code == 0, r.output
     root = ET.parse(out).getroot()
     assert len([c for c in root.iter(NS + "circle") if "point" in _classes(c)]) == 3
+
+
+def test_plot_path_must_name_an_svg_and_fails_before_any_work(tmp_path):
+    """An SVG written under plot.png opens as a broken image, and a blank name wrote nothing silently."""
+    for name, words in (("plot.png", "give the file a .svg name"), (" ", "blank path"), ("", "empty path")):
+        path = name if not name.strip() else str(tmp_path / name)
+        r = CliRunner().invoke(main, ["rank", "--llm", "meta-llama/Llama-3.1-8B-Instruct", "--plot", path])
+        assert r.exit_code == 2 and words in r.stderr and not (tmp_path / "plot.png").exists(), r.stderr
+        assert r.stdout == ""  # refused before the ranking was printed
+    ok = tmp_path / "Plot.SVG"
+    r = CliRunner().invoke(main, ["rank", "--llm", "meta-llama/Llama-3.1-8B-Instruct", "--plot", str(ok)])
+    assert r.exit_code == 0 and ok.read_text().startswith("<svg")

@@ -274,10 +274,11 @@ def build_cases(fx: dict[str, str]) -> list[Case]:
         cases.append(Case(f"cli rank --gpus {gpus[:12]!r}", argv=["rank", "--llm", LLM, "--gpus", gpus],
                           expect=("gpus", "GPU")))
     for args in (["--max-itl-ms", "nan"], ["--max-itl-ms", "-1"], ["--sort", "cost"], ["--plot", fx["dir"]],
-                 ["--plot", fx["fifo"]], ["--plot", "/dev/full"]):
+                 ["--plot", fx["fifo"]], ["--plot", "/dev/full"], ["--plot", "plot.png"], ["--plot", " "],
+                 ["--plot", ""]):
         cases.append(Case(f"cli rank {' '.join(args)[:30]}", argv=["rank", "--llm", LLM, "--gpus", "A30", *args],
                           must_fail=True, expect=("max_itl_ms", "--max-itl-ms", "--sort", "plot", "--plot", "dir",
-                                                  "fifo", "full")))
+                                                  "fifo", "full", ".svg", "blank path", "empty path")))
     # a few through real processes (exit status, stderr, no hang at process level)
     for p in ("fifo", "devzero", "long", "binary.csv", "mixed.csv", "ok.csv"):
         cases.append(Case(f"process --input {p}", argv=["predict", "--input", fx.get(p, p), "--output", out_csv],

@@ -282,6 +282,10 @@ def rank_cmd(llm: str, max_itl_ms: float | None, strict: bool, gpus: str | None,
     """Rank GPUs for serving one LLM: candidates by energy per token, excluded GPUs with the reason."""
     from .rank import rank
 
+    if plot_path is not None:
+        from .plot import check_svg_path
+
+        check_svg_path(plot_path)  # before any work: a wrong name fails fast
     names = None if gpus is None else [g.strip() for g in gpus.split(",") if g.strip()]
     auto = str(wl["tp"]).strip().lower() == "auto"
     if auto:
@@ -301,7 +305,7 @@ def rank_cmd(llm: str, max_itl_ms: float | None, strict: bool, gpus: str | None,
         res = ranked("auto")
         click.echo(f"note: {res.llm} does not fit on any of these GPUs alone; ranking tensor-parallel groups of "
                    "1, 2, 4 and 8 GPUs (--tp auto; pass --tp 1 for single GPUs only)", err=True)
-    if plot_path:
+    if plot_path is not None:
         from .plot import write_svg
 
         try:

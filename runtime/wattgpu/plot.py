@@ -6,7 +6,7 @@ No plotting library: plain SVG text with a few ids/classes tests can find (``poi
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Any, Sequence
 from html import escape as _html_escape
 
 from .rank import RankEntry, RankResult
@@ -134,17 +134,33 @@ def render_svg(result: RankResult, include_sla_misses: bool = True) -> str:
     return "\n".join(out) + "\n"
 
 
+def check_svg_path(path: Any) -> None:
+    """Refuse an output path that cannot be the SVG: empty, not a path, or named other than ``.svg`` (an
+    SVG written under ``plot.png`` opens as a broken image)."""
+    import os
+
+    from .errors import ConfigFileError
+    from .safeio import check_path_type
+
+    check_path_type(path, "SVG output file")
+    name = os.fspath(path)
+    if not str(name).strip():
+        raise ConfigFileError(repr(str(name)), "is a blank path; name the SVG file to write, e.g. plot.svg")
+    if not str(name).lower().endswith(".svg"):
+        raise ConfigFileError(str(name), "the plot is an SVG image; give the file a .svg name")
+
+
 def write_svg(result: RankResult, path: str) -> None:
-    """Write :func:`render_svg` to ``path`` (a file path; an existing FIFO, device or directory is refused)."""
+    """Write :func:`render_svg` to ``path`` (a ``.svg`` file path; an existing FIFO, device or directory
+    is refused)."""
     import os
     import stat
 
     from .errors import ArgumentTypeError, ConfigFileError
-    from .safeio import check_path_type
 
     if not isinstance(result, RankResult):
         raise ArgumentTypeError(f"result: expected a wattgpu.RankResult, got {type(result).__name__}")
-    check_path_type(path, "SVG output file")
+    check_svg_path(path)
     try:
         mode: int | None = os.stat(path).st_mode
     except (FileNotFoundError, NotADirectoryError):

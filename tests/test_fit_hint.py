@@ -43,7 +43,7 @@ def test_every_suggested_group_fits_and_is_the_smallest(pred: Predictor) -> None
                 continue
             except ModelFitError as exc:
                 msg = str(exc)
-            hint = re.search(r"split it over (\d+) of these GPUs \(--tp (\d+);", msg)
+            hint = re.search(r"split it over (\d+) of these GPUs \(tp=(\d+)\)", msg)
             if hint:
                 tp = int(hint.group(1))
                 assert int(hint.group(2)) == tp

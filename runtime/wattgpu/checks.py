@@ -111,7 +111,7 @@ def _fit_fix(g: GpuSpec, m: LlmSpec, w: Workload) -> str:
     """What to do about a model that does not fit: the smallest group of these GPUs that holds it, if any."""
     tp = smallest_fitting_tp(g, m, w)
     if tp is not None:
-        return f"split it over {tp} of these GPUs (--tp {tp}; rank --tp auto tries 1, 2, 4, 8) or use a larger GPU"
+        return f"split it over {tp} of these GPUs (tp={tp}) or use a larger GPU"
     if (g.max_group or 1) > 1:
         return f"use a larger GPU: no group of up to {g.max_group} of these GPUs holds it"
     return "use a larger GPU"

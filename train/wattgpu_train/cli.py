@@ -36,13 +36,51 @@ def _echo_err(msg: str) -> None:
     click.echo(msg, err=True)
 
 
+def _out_dir(ctx: click.Context, param: click.Parameter, value: Path) -> Path:
+    """An output directory that exists as something else (a device such as /dev/full, a FIFO) is refused
+    before any training, not after it."""
+    if value.exists() and not value.is_dir():
+        raise click.BadParameter(f"{value} exists and is not a directory; choose another output directory")
+    return value
+
+
 def _pipeline() -> Any:
     from . import pipeline
 
     return pipeline
 
 
-@click.group()
+def _fail(message: str, code: int) -> None:
+    click.echo("error: " + message.replace("\r", "\\r").replace("\n", "\\n"), err=True)
+    sys.exit(code)
+
+
+class _OneLineErrors(click.Group):
+    """Every command's failures as one ``error:`` line and an exit status, never a traceback: WattGPU
+    errors with their own status; bad data files and paths (ValueError, OSError, as the loaders raise
+    them with the file and the fix) exit 2; anything else is a bug, exit 70."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort, SystemExit):
+            raise
+        except (BrokenPipeError, KeyboardInterrupt):
+            sys.exit(130)
+        except Exception as exc:
+            from wattgpu.errors import WattGPUError
+
+            if isinstance(exc, WattGPUError):
+                _fail(str(exc), exc.exit_code)
+            if isinstance(exc, OSError):
+                where = f"{exc.filename}: " if exc.filename else ""
+                _fail(f"{where}{exc.strerror or exc}; check the path", 2)
+            if isinstance(exc, ValueError):
+                _fail(str(exc) or exc.__class__.__name__, 2)
+            _fail(f"internal error ({exc.__class__.__name__}: {exc}); please report it", 70)
+
+
+@click.group(cls=_OneLineErrors)
 def main() -> None:
     """Train, export and evaluate WattGPU models (needs `pip install "wattgpu[train]"`)."""
 
@@ -61,7 +99,7 @@ def build_specs_cmd(catalog_dir: Path, paper_dir: Path, out: Path) -> None:
               help="Also train on the paper's watt_counts_subset.csv (unchanged).")
 @click.option("--specs", type=click.Path(path_type=Path, exists=True), default=DEFAULT_SPECS, show_default=True)
 @click.option("--recipe", type=click.Choice(["default", "paper"]), default="default", show_default=True)
-@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=DEFAULT_MODELS, show_default=True,
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), callback=_out_dir, default=DEFAULT_MODELS, show_default=True,
               help="Bundle directory to write (use it with `wattgpu predict --models DIR`).")
 @click.option("--no-intervals", is_flag=True, help="Skip the leave-one-GPU-out interval calibration.")
 @click.option("--trees", type=click.IntRange(1, 10_000), default=None,
@@ -79,7 +117,7 @@ def fit_cmd(data_dir: Path, watt_counts: Path | None, specs: Path, recipe: str, 
         click.echo(f"exported {out / m['file']} (parity max rel diff {m['parity_max_rel_diff']:.2g})")
 
 @main.command("evaluate")
-@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=Path("reports"), show_default=True)
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), callback=_out_dir, default=Path("reports"), show_default=True)
 @click.option("--data-dir", type=click.Path(path_type=Path, exists=True), default=DEFAULT_DATA, show_default=True)
 @click.option("--specs", type=click.Path(path_type=Path, exists=True), default=DEFAULT_SPECS, show_default=True)
 @click.option("--quick", is_flag=True, help="Smoke run for CI: fewer trees and CV folds (figures not meaningful).")
@@ -109,7 +147,7 @@ def evaluate_cmd(out: Path, data_dir: Path, specs: Path, quick: bool, jobs: int)
 @main.command("reproduce-paper")
 @click.option("--watt-counts", type=click.Path(path_type=Path, exists=True, dir_okay=False), required=True,
               help="The paper's watt_counts_subset.csv, unchanged.")
-@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=Path("reports"), show_default=True)
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), callback=_out_dir, default=Path("reports"), show_default=True)
 @click.option("--data-dir", type=click.Path(path_type=Path, exists=True), default=DEFAULT_DATA, show_default=True)
 @click.option("--specs", type=click.Path(path_type=Path, exists=True), default=DEFAULT_SPECS, show_default=True)
 @click.option("--quick", is_flag=True, help="Smoke run: fewer trees and CV folds.")

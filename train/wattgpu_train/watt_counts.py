@@ -116,6 +116,11 @@ def _read_header(path: Path) -> list[str]:
             return next(reader)
         except StopIteration:
             raise ValueError(f"{path}: empty file, expected the Watt Counts header") from None
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{path}: is not UTF-8 text (bad byte at offset {exc.start}); expected the "
+                             "Watt Counts CSV as published") from None
+        except csv.Error as exc:
+            raise ValueError(f"{path}: is not a readable CSV file ({exc}); expected the Watt Counts CSV") from None
 
 
 def read_watt_counts(path: str | PathLike[str]) -> pd.DataFrame:
@@ -141,7 +146,10 @@ def read_watt_counts(path: str | PathLike[str]) -> pd.DataFrame:
         raise ValueError(f"{path}: duplicate columns in header: {', '.join(dupes)}")
 
     text_cols = {c: str for c in ("model", "gpu_type", *LIST_COLUMNS)}
-    df = pd.read_csv(path, index_col=0, dtype=text_cols)
+    try:
+        df = pd.read_csv(path, index_col=0, dtype=text_cols)
+    except (UnicodeDecodeError, pd.errors.ParserError) as exc:  # a bad line after a good header
+        raise ValueError(f"{path}: is not a readable Watt Counts CSV ({' '.join(str(exc).split())[:200]})") from None
     df.columns = [str(c).strip() for c in df.columns]
     df.index.name = None
 

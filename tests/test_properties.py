@@ -164,9 +164,8 @@ def _check(gpu_data, llm_builder, wl_data) -> None:
     # energy is the group's power over its token rate; a server never serves more than is offered or
     # than its capacity
     assert math.isclose(p.energy_per_token_j, p.power_w * wl.tp / p.throughput_tok_s, rel_tol=1e-9)
-    if wl.kind == "server":
-        cap = min(wl.qps, p.max_qps) * wl.output_tokens  # type: ignore[type-var]
-        assert p.throughput_tok_s <= cap * (1 + 1e-9), (p.throughput_tok_s, cap)
+    offered = min(wl.qps, p.max_qps) if wl.kind == "server" else p.max_qps  # type: ignore[type-var]
+    assert p.throughput_tok_s <= offered * wl.output_tokens * (1 + 1e-9), (p.throughput_tok_s, offered)
     assert p.energy_per_token_j > 0 and p.energy_per_request_j > 0
     assert p.effective_batch >= 1 and 0 < p.busy_fraction <= 1
     for iv in p.power_intervals + p.itl_intervals:

@@ -164,8 +164,29 @@ def test_throughput_never_falls_as_the_batch_grows(pred: Predictor, llms: dict, 
     rows = [(g, m, make(b)) for g, m, _ in pairs for b in BATCHES]
     thr = pred.predict_table(rows)["throughput_tok_s"].reshape(len(pairs), len(BATCHES))
     assert np.isfinite(thr).all()
-    drops = [(pairs[i][0].name, pairs[i][1].name) for i in np.flatnonzero((np.diff(thr, axis=1) < 0).any(axis=1))]
+    # Tolerance 1e-6 relative: a closed loop of 16 clients keeps 16.0000018 sequences busy on average
+    # (physics.busy_batch), exactly 16 only where the batch limit is 16, so the capacity grid's "16"
+    # point moves by 2e-8 between caps (A10G × Llama-2-7B: 601.19007 → 601.19005 tokens/s, once the
+    # throughput is capped at capacity). Any drop a user could see is far above this.
+    drop = np.diff(thr, axis=1) < -1e-6 * thr[:, :-1]
+    drops = [(pairs[i][0].name, pairs[i][1].name) for i in np.flatnonzero(drop.any(axis=1))]
     assert drops == []
+
+
+@pytest.mark.parametrize("kind", ["offline", "closed_loop"])
+def test_throughput_never_exceeds_capacity(pred: Predictor, llms: dict, kind: str) -> None:
+    """A GPU never serves more than its capacity: tokens/s <= max_qps × output tokens for every catalog
+    GPU × LLM, batch and output length, down to one output token per prompt, where batch / ITL without
+    the prefill claimed up to 3× the capacity."""
+    pairs = _fitting(pred, llms, Workload())
+    for out in (1, 16, 256):
+        make = ((lambda b: Workload(max_batch=b, output_tokens=out)) if kind == "offline"
+                else (lambda b: Workload(kind="closed_loop", concurrency=b, output_tokens=out)))
+        t = pred.predict_table([(g, m, make(b)) for g, m, _ in pairs for b in (1, 3, 16, 100, 256)])
+        ok = np.isfinite(t["throughput_tok_s"])
+        assert ok.mean() > 0.95
+        over = t["throughput_tok_s"][ok] > t["max_qps"][ok] * out * (1 + 1e-12)
+        assert int(over.sum()) == 0, out
 
 
 @pytest.mark.xfail(strict=False, reason="throughput never falls with the batch (test above), but power may rise "

@@ -44,7 +44,7 @@ def core(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.C
     server_rows = [int(k) for k in np.flatnonzero(server)]
     cap = capacity.capacity_table(evaluate, rows, cols, learned=server_learned)
     itl = capacity.sub_batch_itl(out[ITL], batch, cap["grid_batch"], cap["grid_itl"])
-    tokens_per_s = batch / itl
+    tokens_per_s = served_token_rate(cols, itl, batch, cap["max_qps"])
     mix: Mix = {}
     if server_rows:
         mixed = server_mix(evaluate, [rows[k] for k in server_rows], {k: v[server_rows] for k, v in cols.items()},
@@ -77,6 +77,19 @@ def finish(power: Any, itl: Any, batch: Any, busy: Any, tokens_per_s: Any, tdp: 
             "busy_fraction": busy, "throughput_tok_s": tokens_per_s, "system_s_per_token": s_per_tok,
             "energy_per_token_j": energy["j_per_token"], "energy_per_request_j": energy["j_per_request"],
             "not_finite": not_finite, "server_learned": server_learned}
+
+
+def served_token_rate(cols: F.Columns, itl: Any, batch: Any, max_qps: Any) -> Any:
+    """Generated tokens/s of ``batch`` busy slots (offline and closed loop), never above capacity.
+
+    Each slot turns out a request's ``output_tokens`` per request time, prefill + output_tokens × ITL
+    (Little's law: the request time of the capacity and of the closed loop's request rate); the total is
+    capped at ``max_qps × output_tokens``, since the capacity grid may find a batch the engine runs
+    better than ``batch``. Before, ``batch / ITL`` ignored the prefill: one output token per 512-token
+    prompt on an A30 claimed 3× its capacity and 160× its compute peak. Arrays or one row of floats
+    (the scalar path)."""
+    out = cols["wl_output_tokens"]
+    return ops.minimum(batch * out / (capacity.prefill_s(cols) + out * itl), max_qps * out)
 
 
 def utilization(cols: F.Columns, max_qps: Any, itl: Any, batch: Any) -> Any:

@@ -28,7 +28,7 @@ from .assemble import Row
 from .bundle import ModelBundle
 from .checks import NO_KV_CACHE
 from .prediction import Prediction
-from .results import ROW_COLUMNS, RowMemo, finish, memo_for, prediction, utilization
+from .results import ROW_COLUMNS, RowMemo, finish, memo_for, prediction, served_token_rate, utilization
 from .targets import inverse
 
 
@@ -102,8 +102,8 @@ def numbers_one(bundle: ModelBundle, row: Row, memo: RowMemo | None = None) -> t
                                                                      lambda: _capacity(bundle, row, c, learned))
         power, batch = out["power"], c["eff_batch"]
         itl = _sub_batch_itl(out["itl"], batch, grid_batch, grid_itl)
-        numbers = finish(power, itl, batch, 1.0, batch / itl, c["gpu_tdp_w"], c["wl_output_tokens"], False,
-                         c["wl_tp"])
+        rate = served_token_rate(c, itl, batch, max_qps)  # type: ignore[arg-type]  # floats, as utilization()
+        numbers = finish(power, itl, batch, 1.0, rate, c["gpu_tdp_w"], c["wl_output_tokens"], False, c["wl_tp"])
         if numbers["not_finite"]:
             return None
         util = utilization(c, max_qps, itl, batch)  # type: ignore[arg-type]

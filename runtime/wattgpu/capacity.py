@@ -48,6 +48,12 @@ def prefill_s(cols: F.Columns) -> np.ndarray:
     return physics.compute_latency_s(cols["gpu_active_params_b"], cols["compute_tflops"]) * cols["wl_input_tokens"]  # per GPU of a TP group
 
 
+def request_s(cols: F.Columns, itl: Any) -> Any:
+    """A request's time in its batch slot: prefill + output tokens × ITL (the W of Little's law for the
+    capacity, the closed loop's request rate and the served token rate). Arrays or one row of floats."""
+    return prefill_s(cols) + cols["wl_output_tokens"] * itl
+
+
 def request_time(evaluate: Callable[..., dict[str, np.ndarray]], cols: F.Columns, index: np.ndarray,
                  conc: np.ndarray, cap: np.ndarray, learned: bool,
                  targets: Sequence[str] | None = None) -> dict[str, Any]:
@@ -65,7 +71,7 @@ def request_time(evaluate: Callable[..., dict[str, np.ndarray]], cols: F.Columns
     at = F.with_concurrency(cols, index, level, closed_loop=not learned)
     res = evaluate(at) if targets is None else evaluate(at, targets)  # only ``targets`` (ITL suffices for W)
     return {"res": res, "batch": at["eff_batch"] if learned else batch,
-            "request_s": prefill_s(at) + at["wl_output_tokens"] * res["itl"] if "itl" in res else None}
+            "request_s": request_s(at, res["itl"]) if "itl" in res else None}
 
 
 def capacity_table(evaluate: Callable[[F.Columns], dict[str, np.ndarray]], triples: Sequence[tuple[Any, Any, Any]],

@@ -44,7 +44,8 @@ def core(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.C
     server_rows = [int(k) for k in np.flatnonzero(server)]
     cap = capacity.capacity_table(evaluate, rows, cols, learned=server_learned)
     itl = capacity.sub_batch_itl(out[ITL], batch, cap["grid_batch"], cap["grid_itl"])
-    tokens_per_s = served_token_rate(cols, itl, batch, cap["max_qps"])
+    req_s = capacity.request_s(cols, itl)  # server rows' ITL and batch change below, but they never read it
+    tokens_per_s = served_token_rate(cols, batch, req_s, cap["max_qps"])
     mix: Mix = {}
     if server_rows:
         mixed = server_mix(evaluate, [rows[k] for k in server_rows], {k: v[server_rows] for k, v in cols.items()},
@@ -55,7 +56,7 @@ def core(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.C
             power[k], itl[k], busy[k], batch[k] = m["power"], m["itl"], m["busy"], m["batch"]
             tokens_per_s[k] = min(rows[k][2].qps, m["max_qps"]) * rows[k][2].output_tokens
     with np.errstate(divide="ignore", invalid="ignore"):
-        util = utilization(cols, cap["max_qps"], itl, batch)
+        util = utilization(cols, cap["max_qps"], batch, req_s)
         numbers = finish(power, itl, batch, busy, tokens_per_s, cols["gpu_tdp_w"], cols["wl_output_tokens"],
                          server & server_learned, cols["wl_tp"])
     numbers.update(max_qps=cap["max_qps"], utilization=util, max_concurrency=cap["max_concurrency"],
@@ -79,25 +80,25 @@ def finish(power: Any, itl: Any, batch: Any, busy: Any, tokens_per_s: Any, tdp: 
             "not_finite": not_finite, "server_learned": server_learned}
 
 
-def served_token_rate(cols: F.Columns, itl: Any, batch: Any, max_qps: Any) -> Any:
+def served_token_rate(cols: F.Columns, batch: Any, req_s: Any, max_qps: Any) -> Any:
     """Generated tokens/s of ``batch`` busy slots (offline and closed loop), never above capacity.
 
-    Each slot turns out a request's ``output_tokens`` per request time, prefill + output_tokens × ITL
-    (Little's law: the request time of the capacity and of the closed loop's request rate); the total is
+    Each slot turns out a request's ``output_tokens`` per request time ``req_s``
+    (:func:`capacity.request_s`, the W of Little's law, as for the capacity); the total is
     capped at ``max_qps × output_tokens``, since the capacity grid may find a batch the engine runs
     better than ``batch``. Before, ``batch / ITL`` ignored the prefill: one output token per 512-token
     prompt on an A30 claimed 3× its capacity and 160× its compute peak. Arrays or one row of floats
     (the scalar path)."""
     out = cols["wl_output_tokens"]
-    return ops.minimum(batch * out / (capacity.prefill_s(cols) + out * itl), max_qps * out)
+    return ops.minimum(batch * out / req_s, max_qps * out)
 
 
-def utilization(cols: F.Columns, max_qps: Any, itl: Any, batch: Any) -> Any:
+def utilization(cols: F.Columns, max_qps: Any, batch: Any, req_s: Any) -> Any:
     """Offered load ÷ capacity: server qps / max_qps; offline 1 (saturated by definition); closed loop the
-    request rate its clients generate (batch / request time, Little's law) / max_qps. Arrays or one
-    row of floats (the scalar path)."""
+    request rate its clients generate (batch / request time ``req_s``, Little's law) / max_qps. Arrays
+    or one row of floats (the scalar path)."""
     kind = cols["wl_kind_code"]
-    loop = batch / (capacity.prefill_s(cols) + cols["wl_output_tokens"] * itl)
+    loop = batch / req_s
     offered = ops.where(kind == SERVER_CODE, cols["wl_qps"], loop)
     return ops.where(kind == OFFLINE_CODE, 1.0, offered / max_qps)
 

@@ -102,11 +102,12 @@ def numbers_one(bundle: ModelBundle, row: Row, memo: RowMemo | None = None) -> t
                                                                      lambda: _capacity(bundle, row, c, learned))
         power, batch = out["power"], c["eff_batch"]
         itl = _sub_batch_itl(out["itl"], batch, grid_batch, grid_itl)
-        rate = served_token_rate(c, itl, batch, max_qps)  # type: ignore[arg-type]  # floats, as utilization()
+        req_s = capacity.request_s(c, itl)  # type: ignore[arg-type]  # floats: the same operations
+        rate = served_token_rate(c, batch, req_s, max_qps)  # type: ignore[arg-type]
         numbers = finish(power, itl, batch, 1.0, rate, c["gpu_tdp_w"], c["wl_output_tokens"], False, c["wl_tp"])
         if numbers["not_finite"]:
             return None
-        util = utilization(c, max_qps, itl, batch)  # type: ignore[arg-type]
+        util = utilization(c, max_qps, batch, req_s)  # type: ignore[arg-type]
     except ArithmeticError:  # ZeroDivisionError, OverflowError: numpy would give inf/NaN
         return None
     numbers.update(max_qps=max_qps, utilization=util, max_concurrency=ops.maximum(c["fit_sequences"], 0.0),

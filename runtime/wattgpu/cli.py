@@ -11,8 +11,10 @@ from .errors import WattGPUError
 from .workload import ENGINE_ERAS, ENGINES, ITL_STATS, KINDS, KV_CACHE_DTYPES, Workload
 
 
-def _fail(exc: Exception, code: int = 2) -> None:
-    one_line = str(exc).replace("\r", "\\r").replace("\n", "\\n")  # names from files may hold newlines
+def fail(problem: object, code: int = 2) -> None:
+    """Print ``problem`` (an exception or a message) as one ``error:`` line on stderr and exit ``code``
+    (also wattgpu-train's way out)."""
+    one_line = str(problem).replace("\r", "\\r").replace("\n", "\\n")  # names from files may hold newlines
     click.echo(f"error: {one_line}", err=True)
     sys.exit(code)
 
@@ -26,11 +28,11 @@ def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except WattGPUError as exc:
-            _fail(exc, exc.exit_code)
+            fail(exc, exc.exit_code)
         except (BrokenPipeError, KeyboardInterrupt):
             sys.exit(130)
         except Exception as exc:  # a bug: still one line, different status
-            _fail(RuntimeError(f"internal error ({exc.__class__.__name__}: {exc}); please report it"), 70)
+            fail(f"internal error ({exc.__class__.__name__}: {exc}); please report it", 70)
     return wrapper
 
 

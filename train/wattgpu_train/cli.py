@@ -50,11 +50,6 @@ def _pipeline() -> Any:
     return pipeline
 
 
-def _fail(message: str, code: int) -> None:
-    click.echo("error: " + message.replace("\r", "\\r").replace("\n", "\\n"), err=True)
-    sys.exit(code)
-
-
 class _OneLineErrors(click.Group):
     """Every command's failures as one ``error:`` line and an exit status, never a traceback: WattGPU
     errors with their own status; bad data files and paths (ValueError, OSError, as the loaders raise
@@ -68,16 +63,17 @@ class _OneLineErrors(click.Group):
         except (BrokenPipeError, KeyboardInterrupt):
             sys.exit(130)
         except Exception as exc:
+            from wattgpu.cli import fail
             from wattgpu.errors import WattGPUError
 
             if isinstance(exc, WattGPUError):
-                _fail(str(exc), exc.exit_code)
+                fail(str(exc), exc.exit_code)
             if isinstance(exc, OSError):
                 where = f"{exc.filename}: " if exc.filename else ""
-                _fail(f"{where}{exc.strerror or exc}; check the path", 2)
+                fail(f"{where}{exc.strerror or exc}; check the path", 2)
             if isinstance(exc, ValueError):
-                _fail(str(exc) or exc.__class__.__name__, 2)
-            _fail(f"internal error ({exc.__class__.__name__}: {exc}); please report it", 70)
+                fail(str(exc) or exc.__class__.__name__, 2)
+            fail(f"internal error ({exc.__class__.__name__}: {exc}); please report it", 70)
 
 
 @click.group(cls=_OneLineErrors)

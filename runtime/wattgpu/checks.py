@@ -98,11 +98,9 @@ TP_TRIED = (2, 4, 8, 16, 32, 64)  # tensor-parallel degrees a does-not-fit messa
 def smallest_fitting_tp(g: GpuSpec, m: LlmSpec, w: Workload) -> int | None:
     """The smallest tensor-parallel degree above ``w.tp`` (powers of two up to the GPU's group size) whose
     group can run ``m`` and holds it with one full sequence, by the same checks as a prediction; or None."""
-    for tp in (t for t in TP_TRIED if t > w.tp and t <= (g.max_group or 1)):
-        if parallel.group_error(g, m, tp) is None:
-            wl = replace(w, tp=tp)
-            if F.columns([(g, m, wl)])["fit_sequences"][0] >= 1:
-                return tp
+    for tp in parallel.candidate_groups(g, m, tuple(t for t in TP_TRIED if t > w.tp)):
+        if F.columns([(g, m, replace(w, tp=tp))])["fit_sequences"][0] >= 1:
+            return tp
     return None
 
 

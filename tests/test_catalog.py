@@ -7,7 +7,7 @@ import json
 import pytest
 
 from wattgpu.errors import UnknownEntityError, UnsupportedModelError
-from wattgpu.specs import Catalog, default_catalog
+from wattgpu.specs import Catalog, catalog_json_bytes, default_catalog
 
 from .helpers import REPO
 
@@ -73,7 +73,8 @@ def test_llm_params_and_fields() -> None:
     ("nvidia a30", "NVIDIA A30"),
     ("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM5 80GB"),  # nvidia-smi string
     ("Tesla V100-SXM2-32GB", "NVIDIA Tesla V100 SXM2 32GB"),  # Watt Counts gpu_type
-    ("NVIDIA H200", "NVIDIA H200 SXM 141GB"),
+    ("NVIDIA H200 SXM 141GB", "NVIDIA H200 SXM 141GB"),
+    ("NVIDIA H20", "NVIDIA H20"),  # a full catalog name wins although "H20 141GB HBM3e" extends it
     ("l40s", "NVIDIA L40S"),
     ("A100 SXM4 40GB", "NVIDIA A100 SXM4 40GB"),  # catalog name without the vendor prefix
     ("V100 SXM2 32GB", "NVIDIA Tesla V100 SXM2 32GB"),
@@ -86,6 +87,61 @@ def test_unknown_gpu_suggests_close_matches() -> None:
     with pytest.raises(UnknownEntityError) as err:
         default_catalog().gpu("H100 SXM5")
     assert "Did you mean: NVIDIA H100 SXM5 80GB" in str(err.value)
+
+
+@pytest.mark.parametrize("query,choices", [
+    ("H100", ["NVIDIA H100 PCIe 80GB", "NVIDIA H100 SXM5 80GB", "NVIDIA H100 NVL 94GB"]),
+    ("NVIDIA H200", ["NVIDIA H200 SXM 141GB", "NVIDIA H200 NVL 141GB"]),
+    ("Orin (nvgpu)", ["NVIDIA Jetson AGX Orin 64GB", "NVIDIA Jetson AGX Orin 32GB"]),
+    ("A100", ["NVIDIA A100 PCIe 40GB", "NVIDIA A100 PCIe 80GB", "NVIDIA A100 SXM4 40GB", "NVIDIA A100 SXM4 80GB"]),
+])
+def test_ambiguous_gpu_names_are_refused_with_the_choices(query: str, choices: list[str]) -> None:
+    from wattgpu.errors import AmbiguousNameError
+
+    for cat in (default_catalog(), Catalog.from_json(json.loads(catalog_json_bytes()))):  # lazy and full
+        assert cat.find_gpu(query) is None
+        with pytest.raises(AmbiguousNameError) as err:
+            cat.gpu(query)
+        assert sorted(err.value.choices) == sorted(choices)
+        assert "say which" in str(err.value) and all(c in str(err.value) for c in choices)
+
+
+def test_ambiguous_gpu_name_from_the_cli_and_a_csv_row(tmp_path) -> None:
+    from click.testing import CliRunner
+
+    from wattgpu.cli import main
+
+    r = CliRunner().invoke(main, ["predict", "--llm", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "H100"])
+    assert r.exit_code == 2 and "ambiguous" in r.output and "NVIDIA H100 NVL 94GB" in r.output
+    src = tmp_path / "rows.csv"
+    src.write_text("llm,gpu\nmeta-llama/Llama-3.1-8B-Instruct,NVIDIA H200\nmeta-llama/Llama-3.1-8B-Instruct,L40S\n")
+    out = tmp_path / "out.csv"
+    r = CliRunner().invoke(main, ["predict", "--input", str(src), "--output", str(out), "--on-error", "skip"])
+    text = out.read_text()
+    assert "ambiguous" in text and "NVIDIA H200 NVL 141GB" in text
+    header = text.splitlines()[0].split(",")
+    assert "gpu_resolved" in header and "llm_resolved" in header
+    import csv
+    rows = list(csv.DictReader(text.splitlines()))
+    ok = [row for row in rows if not row["error"]]
+    assert len(ok) == 1 and ok[0]["gpu_resolved"] == "NVIDIA L40S"
+    assert ok[0]["llm_resolved"] == "meta-llama/Llama-3.1-8B-Instruct"
+
+
+def test_unknown_names_suggest_entries_holding_the_typed_text_first() -> None:
+    cat = default_catalog()
+    with pytest.raises(UnknownEntityError) as err:
+        cat.llm("Qwen/Qwen3-30B-A3B")
+    assert err.value.suggestions[0] == "Qwen/Qwen3-30B-A3B-Instruct-2507"
+
+
+@pytest.mark.parametrize("path", ["./nodir/", "nodir/", "./no/such/config.json", "~/no-such-wattgpu-dir"])
+def test_an_llm_argument_written_as_a_missing_path_says_so(path: str) -> None:
+    from wattgpu.errors import ConfigFileError
+    from wattgpu.resolve import resolve_llm
+
+    with pytest.raises(ConfigFileError, match="no such file or directory"):
+        resolve_llm(default_catalog(), path)
 
 
 def test_llm_lookup_and_unsupported() -> None:

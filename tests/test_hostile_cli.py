@@ -62,7 +62,7 @@ def _files(d: Path) -> dict[str, Path]:
         "latin1": w("latin1.json", '{"name": "caf\xe9"}'.encode("latin-1")),
         "empty": w("empty.json", ""),
         "array": w("array.json", json.dumps([GPU])),
-        "string": w("string.json", '"H100"'),
+        "string": w("string.json", '"H100 SXM"'),
         "llm_nan": w("llm_nan.json", json.dumps(LLAMA_CFG).replace("32,", "NaN,", 1)),
         "llm_wrong_type": w("llm_wrong_type.json", json.dumps({**LLAMA_CFG, "num_hidden_layers": "32"})),
         "llm_missing": w("llm_missing.json", json.dumps({k: v for k, v in LLAMA_CFG.items() if k != "hidden_size"})),
@@ -88,17 +88,17 @@ def _cases(f: dict[str, Path]) -> dict[str, list[str]]:
     base = ["predict", "--llm", SMALL_LLM]
     gpu_file = {k: base + ["--gpu", str(v)] for k, v in f.items()
                 if not k.startswith(("llm_", "good_")) and k != "emptydir"}
-    llm_file = {k: ["predict", "--gpu", "H100", "--llm", str(v)] for k, v in f.items() if k.startswith("llm_")}
-    h100 = base + ["--gpu", "H100"]
+    llm_file = {k: ["predict", "--gpu", "H100 SXM", "--llm", str(v)] for k, v in f.items() if k.startswith("llm_")}
+    h100 = base + ["--gpu", "H100 SXM"]
     return {
         **gpu_file, **llm_file,
         "gpu_dir": base + ["--gpu", str(f["emptydir"])],
         "gpu_missing_path": base + ["--gpu", str(f["emptydir"] / "nope.json")],
-        "llm_dir_without_config": ["predict", "--gpu", "H100", "--llm", str(f["emptydir"])],
-        "llm_missing_path": ["predict", "--gpu", "H100", "--llm", "./no/such/config.json"],
+        "llm_dir_without_config": ["predict", "--gpu", "H100 SXM", "--llm", str(f["emptydir"])],
+        "llm_missing_path": ["predict", "--gpu", "H100 SXM", "--llm", "./no/such/config.json"],
         "gpu_dev_zero": base + ["--gpu", "/dev/zero"],
         "unknown_gpu": base + ["--gpu", "RTX 9999 Ultra"],
-        "unknown_llm": ["predict", "--gpu", "H100", "--llm", "acme/NotAModel-7B"],
+        "unknown_llm": ["predict", "--gpu", "H100 SXM", "--llm", "acme/NotAModel-7B"],
         "long_name": base + ["--gpu", "Z" * 50_000],
         "does_not_fit": ["predict", "--llm", BIG_LLM, "--gpu", SMALL_GPU],
         "max_batch_zero": h100 + ["--max-batch", "0"],
@@ -167,9 +167,9 @@ def test_newlines_in_names_cannot_forge_lines(results):
 
 
 @pytest.mark.parametrize("args", [
-    ["predict", "--llm", "{llm}", "--gpu", "H100"],
+    ["predict", "--llm", "{llm}", "--gpu", "H100 SXM"],
     ["predict", "--llm", "{llm}", "--gpu", "{good_gpu}", "--json"],
-    ["predict", "--llm", "{llm}", "--gpu", "H100", "--workload", "server", "--qps", "0.5"],
+    ["predict", "--llm", "{llm}", "--gpu", "H100 SXM", "--workload", "server", "--qps", "0.5"],
     ["gpus"], ["llms", "--json"], ["--version"], ["predict", "--help"],
 ])
 def test_success_is_status_zero(results, args):

@@ -144,7 +144,7 @@ def test_cli_exits_3_on_tampered_package(tmp_path):
     f = pkg / "models" / MODEL_FILES[0]
     f.write_bytes(f.read_bytes()[:1000])
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    r = subprocess.run([sys.executable, "-m", "wattgpu.cli", "predict", "--llm", LLM, "--gpu", "H100"],
+    r = subprocess.run([sys.executable, "-m", "wattgpu.cli", "predict", "--llm", LLM, "--gpu", "H100 SXM"],
                        capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path)
     assert r.returncode == 3, r.stderr
     assert r.stderr.startswith("error:") and r.stderr.count("\n") == 1 and MODEL_FILES[0] in r.stderr

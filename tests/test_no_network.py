@@ -41,9 +41,9 @@ def test_everything_offline(no_network, tmp_path):
     pred = Predictor()
     p = pred.predict("NVIDIA A100 SXM4 40GB", llm, Workload(kind="server", qps=0.5))
     assert p.power_w > 0
-    rows = pred.predict_many([("H100", llm, None), ("A10", llm, Workload(kind="closed_loop", concurrency=4))])
+    rows = pred.predict_many([("H100 SXM", llm, None), ("A10", llm, Workload(kind="closed_loop", concurrency=4))])
     assert len(rows) == 2
-    assert wattgpu.predict("H100", llm).itl_s > 0
+    assert wattgpu.predict("H100 SXM", llm).itl_s > 0
     ranked = wattgpu.rank(llm, Workload(kind="server", qps=0.017), max_itl_ms=50, predictor=pred)
     assert ranked.candidates and all(c.power_w > 0 for c in ranked.candidates)
 
@@ -54,10 +54,10 @@ def test_everything_offline(no_network, tmp_path):
                                "vocab_size": 32000, "_name_or_path": "acme/offline-7b"}))
     spec = load_llm_file(cfg.parent)
     assert spec.name == "acme/offline-7b"
-    assert pred.predict("H100", str(cfg)).llm == "acme/offline-7b"
+    assert pred.predict("H100 SXM", str(cfg)).llm == "acme/offline-7b"
 
     from wattgpu.cli import main
-    r = CliRunner().invoke(main, ["predict", "--llm", str(cfg), "--gpu", "H100", "--json"], standalone_mode=True)
+    r = CliRunner().invoke(main, ["predict", "--llm", str(cfg), "--gpu", "H100 SXM", "--json"], standalone_mode=True)
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["power_w"] > 0
     r = CliRunner().invoke(main, ["rank", "--llm", str(cfg), "--json", "--plot", str(tmp_path / "r.svg")])

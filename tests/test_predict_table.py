@@ -16,7 +16,7 @@ def test_table_equals_prediction_fields_and_reports_bad_rows() -> None:
     big = cat.llm("meta-llama/Llama-3.1-70B-Instruct")
     rows = [(cat.gpu("A30"), llm, Workload()),
             (cat.gpu("L4"), big, Workload()),  # does not fit
-            (cat.gpu("H100"), llm, Workload(kind="server", qps=0.3)),
+            (cat.gpu("H100 SXM"), llm, Workload(kind="server", qps=0.3)),
             (cat.gpu("A10"), llm, Workload(kind="closed_loop", concurrency=4))]
     table = pred.predict_table(rows)
     objs = pred.predict_specs_safe(rows)

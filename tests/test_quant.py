@@ -115,8 +115,8 @@ def test_dtype_override_and_errors() -> None:
     assert (q.weight_bytes_per_param, q.compute_dtype, q.quantized) == (0.55, "bfloat16", True)
     with pytest.raises(WattGPUError, match="dtype"):
         with_dtype(llm, "int3")
-    r = CliRunner().invoke(main, ["predict", "--llm", llm.name, "--gpu", "H100", "--dtype", "fp8", "--json"])
+    r = CliRunner().invoke(main, ["predict", "--llm", llm.name, "--gpu", "H100 SXM", "--dtype", "fp8", "--json"])
     assert r.exit_code == 0, r.output
     assert any("quantised" in w for w in json.loads(r.stdout)["warnings"])
-    r = CliRunner().invoke(main, ["predict", "--llm", llm.name, "--gpu", "H100", "--dtype", "fp6"])
+    r = CliRunner().invoke(main, ["predict", "--llm", llm.name, "--gpu", "H100 SXM", "--dtype", "fp6"])
     assert r.exit_code == 2 and "dtype" in r.output and len(r.output.strip().splitlines()) == 1

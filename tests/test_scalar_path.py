@@ -144,41 +144,102 @@ def test_a_feature_that_only_works_on_arrays_is_caught(monkeypatch) -> None:
 
 
 SPECIALS = [0.0, -0.0, 1.0, -1.0, 0.5, 2.0, 1e-300, 1e300, math.inf, -math.inf, math.nan, 7.25, -3.5]
+VALUES = SPECIALS + list(np.geomspace(1e-9, 1e9, 50)) + list(np.linspace(-700, 700, 71))
 
 
-@pytest.mark.parametrize("name,ufunc", [("maximum", np.maximum), ("minimum", np.minimum), ("fmin", np.fmin),
-                                        ("power", np.power)])
-def test_binary_ops_match_numpy_bitwise(name: str, ufunc) -> None:
-    """Against numpy's array loops (what the vectorised path runs), one element and many."""
+@pytest.mark.parametrize("name", ["maximum", "minimum", "fmin", "power"])
+def test_binary_ops_give_the_same_bits_on_floats_and_arrays(name: str) -> None:
+    """ops on two floats (the scalar path) against ops on arrays (the vectorised path), one element and
+    many, every pair of special values: one implementation, so identical on any CPU."""
+    fn = getattr(ops, name)
+    grid = [(a, b) for a in SPECIALS for b in SPECIALS]
+    xs = np.array([a for a, _ in grid])
+    ys = np.array([b for _, b in grid])
+    many = fn(xs, ys)
+    for k, (a, b) in enumerate(grid):
+        got = fn(a, b)
+        one = fn(np.array([a]), np.array([b]))
+        assert type(got) is float, (name, a, b)
+        assert _same(got, float(many[k])) and _same(got, float(one[0])), (name, a, b, got, many[k], one[0])
+
+
+@pytest.mark.parametrize("name", ["log", "exp", "expm1", "floor", "isnan", "isfinite"])
+def test_unary_ops_give_the_same_bits_on_floats_and_arrays(name: str) -> None:
+    fn = getattr(ops, name)
+    arr = np.array(VALUES)
+    many = fn(arr)
+    for k, a in enumerate(VALUES):
+        assert _same(float(fn(float(a))), float(many[k])), (name, a, fn(float(a)), many[k])
+        assert _same(float(fn(float(a))), float(fn(np.array([a]))[0]))
+
+
+@pytest.mark.parametrize("name,ufunc", [("log", np.log), ("exp", np.exp), ("expm1", np.expm1), ("power", np.power)])
+def test_transcendental_ops_agree_with_numpy_to_a_few_ulps(name: str, ufunc) -> None:
+    """The math-based forms are the functions numpy computes (to a few units in the last place, never bit
+    for bit: numpy's SIMD loops differ among CPUs), with the same special values."""
     fn = getattr(ops, name)
     with np.errstate(all="ignore"):
-        for a in SPECIALS:
-            for b in SPECIALS:
-                if name == "fmin" and a == b == 0.0:
-                    continue  # numpy's fmin loops disagree among themselves on ties of ±0
-                got = fn(a, b)
-                for n in (1, 17):
-                    want = float(ufunc(np.full(n, a), np.full(n, b))[-1])
-                    assert type(got) is float and _same(got, want), (name, a, b, n, got, want)
+        if name == "power":
+            a, b = np.meshgrid(np.array(SPECIALS + [0.3, 0.999, 4.0]), np.array(SPECIALS + [3.0, 600.0, -2.0]))
+            want, got = ufunc(a.ravel(), b.ravel()), fn(a.ravel(), b.ravel())
+        else:
+            arr = np.array(VALUES)
+            want, got = ufunc(arr), fn(arr)
+    same_special = (np.isnan(want) == np.isnan(got)) & (np.isinf(want) == np.isinf(got))
+    assert same_special.all(), (name, np.flatnonzero(~same_special))
+    fin = np.isfinite(want) & (want != 0)
+    np.testing.assert_allclose(got[fin], want[fin], rtol=8 * np.finfo(np.float64).eps)
+    inf = np.isinf(want)
+    assert (np.sign(want[inf]) == np.sign(got[inf])).all()
 
 
-@pytest.mark.parametrize("name,ufunc", [("log", np.log), ("exp", np.exp), ("expm1", np.expm1), ("floor", np.floor),
-                                        ("isnan", np.isnan), ("isfinite", np.isfinite)])
-def test_unary_ops_match_numpy_bitwise(name: str, ufunc) -> None:
-    fn = getattr(ops, name)
-    with np.errstate(all="ignore"):
-        for a in SPECIALS + list(np.geomspace(1e-9, 1e9, 50)) + list(np.linspace(-700, 700, 71)):
-            want = ufunc(np.float64(a))
-            got = fn(float(a))
-            assert _same(float(got), float(want)), (name, a, got, want)
-
-
-def test_clip_and_where_match_numpy() -> None:
-    for x in SPECIALS:
-        for n in (1, 17):
-            assert _same(ops.clip(x, 0.0, 1.0), float(np.clip(np.full(n, x), 0.0, 1.0)[-1]))
+def test_clip_and_where_give_the_same_bits_on_floats_and_arrays() -> None:
+    many = ops.clip(np.array(SPECIALS), 0.0, 1.0)
+    for k, x in enumerate(SPECIALS):
+        assert _same(ops.clip(x, 0.0, 1.0), float(many[k]))
         assert ops.where(x > 0, x, -1.0) == float(np.where(np.float64(x) > 0, x, -1.0)) or math.isnan(x)
     assert isinstance(ops.as_float(True), float) and ops.as_float(np.array([True, False])).tolist() == [1.0, 0.0]
+
+
+def test_transcendentals_on_arrays_never_call_numpys_simd_loops(monkeypatch) -> None:
+    """By construction: the vectorised forms evaluate with math, so numpy's log/exp/power (SVML on
+    AVX-512 builds) can be broken without changing a bit."""
+    arr = np.array(VALUES)
+    want = {n: getattr(ops, n)(arr) for n in ("log", "exp", "expm1")}
+    want_pow = ops.power(np.abs(arr[:40]), 0.5)
+    for n in ("log", "exp", "expm1", "power"):
+        monkeypatch.setattr(np, n, lambda *a, **k: (_ for _ in ()).throw(AssertionError("numpy SIMD loop used")))
+    for n, w in want.items():
+        assert getattr(ops, n)(arr).tobytes() == w.tobytes()
+    assert ops.power(np.abs(arr[:40]), 0.5).tobytes() == want_pow.tobytes()
+
+
+def _dispatch_targets() -> list[str]:
+    from numpy._core import _multiarray_umath as umath  # numpy >= 2; older numpy: numpy.core
+    return list(umath.__cpu_dispatch__)
+
+
+@pytest.mark.slow
+def test_agreement_holds_with_numpys_simd_dispatch_disabled() -> None:
+    """Run the agreement tests again in a child whose numpy has every dispatch target (AVX2/X86_V3,
+    AVX-512/X86_V4, ...) disabled, so the other code path of numpy is exercised on this very machine."""
+    import os
+    import subprocess
+    import sys
+
+    try:
+        targets = _dispatch_targets()
+    except ImportError:
+        pytest.skip("numpy < 2 names its dispatch targets elsewhere")
+    env = dict(os.environ, NPY_DISABLE_CPU_FEATURES=" ".join(targets), WATTGPU_DISPATCH_CHILD="1")
+    probe = ("import numpy as np; i = np.lib.introspect.opt_func_info(func_name='^log$')['log']['dd']['current'];"
+             "print(i)")
+    current = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    assert current.stdout.strip().startswith("baseline"), current.stdout + current.stderr
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__,
+                          "-k", "bit_identical or same_bits", "-m", "not slow"],
+                         env=env, capture_output=True, text=True, timeout=1800)
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
 
 
 def test_scalar_path_is_thread_safe(pred: Predictor) -> None:

@@ -159,13 +159,13 @@ def test_workload_from_dict_and_engine_aliases():
 @pytest.mark.parametrize("call", [
     lambda: wattgpu.predict(5, LLM_NAME),
     lambda: wattgpu.predict(None, LLM_NAME),
-    lambda: wattgpu.predict("H100", None),
-    lambda: wattgpu.predict("H100", LLM_NAME, workload=42),
-    lambda: wattgpu.predict("H100", LLM_NAME, workload={"kind": "nope"}),
-    lambda: wattgpu.predict("H100", LLM_NAME, batch=4),
-    lambda: wattgpu.predict("H100", LLM_NAME, Workload(), kind="offline"),
+    lambda: wattgpu.predict("H100 SXM", None),
+    lambda: wattgpu.predict("H100 SXM", LLM_NAME, workload=42),
+    lambda: wattgpu.predict("H100 SXM", LLM_NAME, workload={"kind": "nope"}),
+    lambda: wattgpu.predict("H100 SXM", LLM_NAME, batch=4),
+    lambda: wattgpu.predict("H100 SXM", LLM_NAME, Workload(), kind="offline"),
     lambda: wattgpu.predict("no such gpu", LLM_NAME),
-    lambda: wattgpu.predict("H100", "no/such-llm"),
+    lambda: wattgpu.predict("H100 SXM", "no/such-llm"),
     lambda: wattgpu.predict("x" * 100_000, LLM_NAME),
     lambda: wattgpu.predict_many(5),
     lambda: wattgpu.predict_many("abc"),
@@ -226,7 +226,7 @@ def test_config_file_errors_are_config_file_errors(tmp_path):
     bad = tmp_path / "config.json"
     bad.write_text('{"num_hidden_layers": NaN}')
     with pytest.raises(ConfigFileError, match="NaN"):
-        wattgpu.predict("H100", str(bad))
+        wattgpu.predict("H100 SXM", str(bad))
 
 
 @pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be"])
@@ -238,7 +238,7 @@ def test_utf16_files_are_named_as_utf16(tmp_path, encoding):
     cfg = tmp_path / "config.json"
     cfg.write_bytes(json.dumps({"model_type": "llama", "num_hidden_layers": 32}).encode(encoding))
     for call, needle in ((lambda: wattgpu.predict(str(gpu), LLM_NAME), "GPU spec"),
-                         (lambda: wattgpu.predict("H100", str(cfg)), "LLM config")):
+                         (lambda: wattgpu.predict("H100 SXM", str(cfg)), "LLM config")):
         with pytest.raises(ConfigFileError) as ei:
             call()
         assert f"is UTF-16 text; save the {needle} file as UTF-8" in str(ei.value)

@@ -150,14 +150,14 @@ def build_cases(fx: dict[str, str]) -> list[Case]:
     for fname in LLM_RANGES:
         for v in (math.nan, -1, 0, 1e30, "8"):
             d = {**llm_ok, fname: v}
-            cases.append(Case(f"LlmSpec({fname}={v!r:.20})", run=lambda d=d: pred.predict("H100", LlmSpec.from_dict(d)),
+            cases.append(Case(f"LlmSpec({fname}={v!r:.20})", run=lambda d=d: pred.predict("H100 SXM", LlmSpec.from_dict(d)),
                               expect=(fname, "does not fit", "active_params_b", "num_kv_heads", "hidden_size")))
     # HF configs
     for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size", "num_key_value_heads",
                 "intermediate_size", "max_position_embeddings"):
         for v in (None, -1, 0, 1e30, "x", math.nan, [1]):
             cfg = {**HF_OK, key: v}
-            cases.append(Case(f"hf_config({key}={v!r:.20})", run=lambda c=cfg: pred.predict("H100", llm_from_hf_config(c, "x")),
+            cases.append(Case(f"hf_config({key}={v!r:.20})", run=lambda c=cfg: pred.predict("H100 SXM", llm_from_hf_config(c, "x")),
                               expect=(key, "hidden_size", "num_layers", "num_attention_heads", "num_kv_heads",
                                       "vocab_size", "intermediate_size", "max_position_embeddings", "config",
                                       "head", "layers")))
@@ -170,7 +170,7 @@ def build_cases(fx: dict[str, str]) -> list[Case]:
                           expect=("looks like",)))
     cases.append(Case("gpu file utf16.json", run=lambda: pred.predict(fx["utf16.json"], LLM), must_fail=True,
                       expect=("UTF-16",)))
-    cases.append(Case("llm file utf16be.json", run=lambda: pred.predict("H100", fx["utf16be.json"]), must_fail=True,
+    cases.append(Case("llm file utf16be.json", run=lambda: pred.predict("H100 SXM", fx["utf16be.json"]), must_fail=True,
                       expect=("UTF-16",)))
     for f, words in (("utf16.csv", "UTF-16"), ("utf16le.csv", "UTF-16"), ("semicolon.csv", "separates columns"),
                      ("tab.csv", "separates columns")):
@@ -199,7 +199,7 @@ def build_cases(fx: dict[str, str]) -> list[Case]:
             cases.append(Case(f"cli --models {p}", argv=["predict", "--llm", LLM, "--gpu", "A30", "--models", path],
                               must_fail=True, expect=(words,)))
     for f in ("hf_heads.json", "hf_neg.json", "hf_str.json", "hf_kv.json"):
-        cases.append(Case(f"llm file {f}", run=lambda f=f: pred.predict("H100", fx[f]), must_fail=True,
+        cases.append(Case(f"llm file {f}", run=lambda f=f: pred.predict("H100 SXM", fx[f]), must_fail=True,
                           expect=("num_attention_heads", "num_layers", "num_hidden_layers", "hidden_size", "num_kv_heads")))
     # path kinds × readers
     paths = ["dir", "fifo", "loop", "long", "devzero", "empty.json", "binary.json", "nan.json", "deep.json",

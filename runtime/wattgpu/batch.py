@@ -34,7 +34,7 @@ CACHE_LIMIT = 4096  # distinct names / workload cells remembered; cleared when e
 KIND_COLUMNS = ("workload", "kind")
 WORKLOAD_COLUMNS = tuple(WORKLOAD_NUMBERS) + tuple(c for c in WORKLOAD_CHOICES if c != "kind")
 OUTPUT_COLUMNS = (
-    "power_w", "itl_s", "throughput_tok_s", "energy_per_token_j", "energy_per_request_j", "wh_per_request",
+    "gpu_resolved", "llm_resolved", "power_w", "itl_s", "throughput_tok_s", "energy_per_token_j", "energy_per_request_j", "wh_per_request",
     "kwh_per_mtok", "usd_per_mtok", "gco2_per_mtok", "effective_batch", "busy_fraction", "power_method",
     "idle_power_w", "power_80_low", "power_80_high", "itl_80_low", "itl_80_high", "max_qps", "utilization",
     "max_concurrency", "overloaded", "warnings", "tp", "total_power_w",
@@ -265,7 +265,7 @@ def _out_fields(p: Any, prices: tuple[float | None, float | None, float]) -> dic
     iv_p = {round(i.level * 100): i for i in p.power_intervals}
     iv_i = {round(i.level * 100): i for i in p.itl_intervals}
     return {
-        "power_w": p.power_w, "itl_s": p.itl_s, "throughput_tok_s": p.throughput_tok_s,
+        "gpu_resolved": p.gpu, "llm_resolved": p.llm, "power_w": p.power_w, "itl_s": p.itl_s, "throughput_tok_s": p.throughput_tok_s,
         "energy_per_token_j": p.energy_per_token_j, "energy_per_request_j": p.energy_per_request_j,
         "wh_per_request": e["wh_per_request"], "kwh_per_mtok": e["kwh_per_mtok"],
         "usd_per_mtok": "" if e["usd_per_mtok"] is None else e["usd_per_mtok"],

@@ -35,6 +35,18 @@ class UnknownEntityError(WattGPUError, LookupError):
         )
 
 
+class AmbiguousNameError(UnknownEntityError):
+    """A name that fits several catalog entries (``H100``: SXM5, PCIe and NVL); the message lists them."""
+
+    def __init__(self, kind: str, name: str, choices: list[str] | tuple[str, ...]) -> None:
+        self.choices = tuple(choices)
+        flag = "--gpu" if kind == "GPU" else "--llm"
+        WattGPUError.__init__(
+            self, f"{kind} {_short(name)} is ambiguous: it names {', '.join(self.choices)}; say which "
+                  f"(e.g. {flag} {self.choices[0]!r})")
+        self.kind, self.name, self.suggestions = kind, name, self.choices
+
+
 def _short(value: object, limit: int = 60) -> str:
     """repr() of a user value, cut to ``limit`` characters so a hostile value cannot flood the message."""
     shown = repr(value)

@@ -93,5 +93,9 @@ def as_workload(w: Any) -> Workload:
 
 
 def looks_like_path(text: str) -> bool:
-    return text.endswith(".json") or os.sep in text and os.path.lexists(text) or os.path.isdir(text) \
-        or (text.startswith((".", "~")) and os.path.exists(os.path.expanduser(text)))
+    """True for what can only be a file or directory: an existing path, or text written as one
+    (``./x``, ``../x``, ``~/x``, ``/x``, ``x/``, ``x.json``) — which then must exist, so a typo'd path is
+    reported as a missing file, not as an unknown catalog name. ``org/name`` ids are not paths unless
+    they exist on disk."""
+    return text.endswith((".json", "/", os.sep)) or text.startswith((".", "~", "/", os.sep)) \
+        or (os.sep in text and os.path.lexists(text)) or os.path.isdir(text)

@@ -7,9 +7,9 @@ import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from .errors import ArtifactError, SpecValidationError, UnknownEntityError, UnsupportedModelError, require_type
+from .errors import AmbiguousNameError, ArtifactError, SpecValidationError, UnknownEntityError, UnsupportedModelError, require_type
 
 CATALOG_RESOURCE = "specs.json"  # inside wattgpu/models/, a snapshot of the repo's top-level specs.json
 
@@ -408,6 +408,30 @@ def check_catalog_shape(data: Any, source: str = "specs.json") -> None:
                 raise bad(f"gpus[{i}].spec must be an object of GPU fields")
 
 
+_TOKEN_SPLIT = str.maketrans({"-": " ", "(": " ", ")": " ", ",": " ", "/": " "})
+
+
+def _tokens(key: str) -> frozenset[str]:
+    return frozenset(key.translate(_TOKEN_SPLIT).split())
+
+
+def gpu_matches(name: str, entries: Sequence[tuple[str, Sequence[str]]]) -> list[str]:
+    """Every catalog GPU a typed ``name`` may mean, given ``(name, aliases)`` entries: those that list it
+    as their name or an alias, and those whose name holds every word of it ("H100" -> the SXM5, PCIe
+    and NVL parts). More than one is an ambiguous name; the order is the catalog's. A full catalog
+    name means that GPU alone."""
+    key = _norm_gpu(name)
+    exact = [canonical for canonical, _ in entries if _norm_gpu(canonical) == key]
+    if exact:  # a full catalog name is never ambiguous, even when another name extends it
+        return exact[:1]
+    words = _tokens(key)
+    out = []
+    for canonical, aliases in entries:
+        if key in _gpu_keys_of(canonical, aliases) or (words and words <= _tokens(_norm_gpu(canonical))):
+            out.append(canonical)
+    return out
+
+
 def _gpu_keys_of(name: str, aliases: Any) -> tuple[str, ...]:
     """The lookup keys of a catalog GPU: its name and every alias, normalised."""
     return tuple(_norm_gpu(k) for k in (name, *aliases))
@@ -477,41 +501,75 @@ class Catalog:
             return cls(version=str(data["catalog_version"]), gpus=gpus, llms=llms, unsupported_llms=unsupported)
 
     def find_gpu(self, name: str) -> GpuSpec | None:
-        """The GPU whose name or alias matches ``name`` (case-insensitive), or None."""
-        return _memo_lookup(self._hits, "gpu", name, lambda: self._gpu_index.get(_norm_gpu(name)))
+        """The GPU whose name or alias matches ``name`` (case-insensitive) and no other GPU, or None."""
+        return _memo_lookup(self._hits, "gpu", name,
+                            lambda: _unique_hit(self._gpu_index.get(_norm_gpu(name)), gpu_matches(name, self._gpu_entries())))
 
     def find_llm(self, name: str) -> LlmSpec | None:
-        """The supported LLM whose id matches ``name`` (case-insensitive), or None."""
-        return _memo_lookup(self._hits, "llm", name, lambda: self._llm_index.get(_norm(name)))
+        """The supported LLM whose id matches ``name`` (case-insensitive) and no other LLM, or None."""
+        return _memo_lookup(self._hits, "llm", name,
+                            lambda: _unique_hit(self._llm_index.get(_norm(name)), llm_matches(name, self._llm_names())))
+
+    def _gpu_entries(self) -> list[tuple[str, Sequence[str]]]:
+        return [(g.name, g.aliases) for g in self.gpus]
+
+    def _llm_names(self) -> list[str]:
+        return [m.name for m in self.llms]
 
     def gpu(self, name: str) -> GpuSpec:
-        """Find a GPU by name or alias (case-insensitive); unknown names raise with close matches."""
+        """Find a GPU by name or alias (case-insensitive); an ambiguous name raises with its choices, an
+        unknown one with the closest names (those holding the typed words first)."""
         hit = self.find_gpu(name)
         if hit is None:
-            raise UnknownEntityError("GPU", name, self._suggest(_norm_gpu(name), self._gpu_index))
+            choices = gpu_matches(name, self._gpu_entries())
+            if len(choices) > 1:
+                raise AmbiguousNameError("GPU", name, choices)
+            raise UnknownEntityError("GPU", name, _suggest(_norm_gpu(name), [g for g, _ in self._gpu_entries()],
+                                                           _norm_gpu))
         return hit
 
     def llm(self, name: str) -> LlmSpec:
         """Find an LLM by Hugging Face id (or the part after the organisation), case-insensitive."""
         hit = self.find_llm(name)
         if hit is None:
+            choices = llm_matches(name, self._llm_names())
+            if len(choices) > 1:
+                raise AmbiguousNameError("LLM", name, choices)
             for known, why in self.unsupported_llms:
                 if _norm(name) in _llm_keys_of(known):
                     raise UnsupportedModelError(f"LLM {known!r} is in the catalog but cannot be modelled: {why}")
-            raise UnknownEntityError("LLM", name, self._suggest(name, self._llm_index))
+            raise UnknownEntityError("LLM", name, _suggest(_norm(name), self._llm_names(), _norm))
         return hit
 
-    @staticmethod
-    def _suggest(name: str, index: Mapping[str, Any]) -> list[str]:
-        import difflib  # only to suggest names after a miss
 
-        keys = difflib.get_close_matches(_norm(name), list(index), n=6, cutoff=0.5)
-        seen: list[str] = []
-        for k in keys:
-            canonical = index[k].name
-            if canonical not in seen:
-                seen.append(canonical)
-        return seen[:3]
+def _unique_hit(hit: Any, matches: list[str]) -> Any:
+    """``hit`` unless the typed name also fits other entries (then None: the caller reports the choices)."""
+    return hit if hit is not None and len(matches) <= 1 else None
+
+
+def llm_matches(name: str, names: Sequence[str]) -> list[str]:
+    """Every catalog LLM id that a typed ``name`` fits: the full id, or the part after the organisation
+    (``Llama-3.1-8B-Instruct`` may be under two organisations)."""
+    key = _norm(name)
+    return [n for n in names if key in _llm_keys_of(n)]
+
+
+def _suggest(key: str, names: Sequence[str], norm: Callable[[str], str]) -> list[str]:
+    """Up to three catalog names for a miss: those holding the typed text (every word of it, or as a
+    substring) first, in catalog order; then the closest spellings."""
+    import difflib  # only to suggest names after a miss
+
+    words = _tokens(key)
+    normed = [norm(n) for n in names]
+    holding = [n for n, k in zip(names, normed) if words and words <= _tokens(k)]
+    holding += [n for n, k in zip(names, normed) if key and key in k and n not in holding]
+    if len(holding) < 3:
+        short = {k.split("/", 1)[-1]: n for n, k in zip(names, normed)}
+        pool = {**short, **dict(zip(normed, names))}
+        for k in difflib.get_close_matches(key, list(pool), n=6, cutoff=0.5):
+            if pool[k] not in holding:
+                holding.append(pool[k])
+    return holding[:3] if len(holding) <= 4 else holding[:4]
 
 
 def packaged_bytes(name: str) -> bytes:
@@ -609,10 +667,20 @@ class LazyCatalog(Catalog):
     _llm_index = property(lambda self: self._all()._llm_index)
 
     def find_gpu(self, name: str) -> GpuSpec | None:
-        return _memo_lookup(self._hits, "gpu", name, lambda: _index_or_none(self._gpu_keys.get(_norm_gpu(name)), self._gpu_at))
+        return _memo_lookup(self._hits, "gpu", name, lambda: self._find_gpu(name))
 
     def find_llm(self, name: str) -> LlmSpec | None:
-        return _memo_lookup(self._hits, "llm", name, lambda: _index_or_none(self._llm_keys.get(_norm(name)), self._llm_at))
+        return _memo_lookup(self._hits, "llm", name, lambda: self._find_llm(name))
+
+    def _find_gpu(self, name: str) -> GpuSpec | None:
+        entries = [(g["name"], g.get("aliases", ())) for g in self._gpu_raw]
+        i = self._gpu_keys.get(_norm_gpu(name)) if len(gpu_matches(name, entries)) <= 1 else None
+        return _index_or_none(i, self._gpu_at)
+
+    def _find_llm(self, name: str) -> LlmSpec | None:
+        names = [m["spec"]["name"] for m in self._llm_raw]
+        i = self._llm_keys.get(_norm(name)) if len(llm_matches(name, names)) <= 1 else None
+        return _index_or_none(i, self._llm_at)
 
     def gpu(self, name: str) -> GpuSpec:
         return self.find_gpu(name) or self._all().gpu(name)

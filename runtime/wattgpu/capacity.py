@@ -70,7 +70,7 @@ def request_time(evaluate: Callable[..., dict[str, np.ndarray]], cols: F.Columns
     level = np.clip(np.minimum(conc, cap), 1e-3, WORKLOAD_MAX_CONCURRENCY) if learned else batch
     at = F.with_concurrency(cols, index, level, closed_loop=not learned)
     res = evaluate(at) if targets is None else evaluate(at, targets)  # only ``targets`` (ITL suffices for W)
-    return {"res": res, "batch": at["eff_batch"] if learned else batch,
+    return {"res": res, "batch": at["eff_batch"] if learned else batch, "roofline_itl_s": at["roofline_itl_s"],
             "request_s": request_s(at, res["itl"]) if "itl" in res else None}
 
 

@@ -87,6 +87,12 @@ _WL_KEYS = (*("wl_" + f for f in _WL_FIELDS), "wl_kind_code", "wl_engine_code", 
 # Tensor-parallel inputs (wattgpu.parallel): the GPU's interconnect and the workload's TP degree.
 _GPU_LINK_KEYS = ("gpu_nvlink_gb_s", "gpu_nvlink_group", "gpu_pcie_gen", "gpu_pcie_lanes")
 _TP_KEYS = ("wl_tp",)
+# The GPU's measured idle power (NaN where the catalog has none): the lower bound of the power model.
+_GPU_POWER_KEYS = ("gpu_idle_power_w",)
+
+
+def _gpu_power_values(g: GpuSpec) -> tuple[float, ...]:
+    return (_opt(g.idle_power_w),)
 
 
 def _gpu_link_values(g: GpuSpec) -> tuple[float, ...]:
@@ -107,7 +113,7 @@ def columns(rows: Iterable[tuple[GpuSpec, LlmSpec, Workload]]) -> Columns:
     out: Columns = {}
     parts: tuple[tuple[int, tuple[str, ...], Callable[[Any], tuple[float, ...]]], ...] = (
         (0, _GPU_KEYS, _gpu_values), (1, _LLM_KEYS, _llm_values), (2, _WL_KEYS, _wl_values),
-        (0, _GPU_LINK_KEYS, _gpu_link_values), (2, _TP_KEYS, _tp_values))
+        (0, _GPU_LINK_KEYS, _gpu_link_values), (2, _TP_KEYS, _tp_values), (0, _GPU_POWER_KEYS, _gpu_power_values))
     for part, keys, values in parts:
         specs = list(map(itemgetter(part), rows))
         ids = list(map(id, specs))
@@ -124,7 +130,8 @@ def columns(rows: Iterable[tuple[GpuSpec, LlmSpec, Workload]]) -> Columns:
 
 def gpu_columns(g: GpuSpec) -> dict[str, float]:
     """The raw columns one GPU contributes to a row, as floats."""
-    return {**dict(zip(_GPU_KEYS, _gpu_values(g))), **dict(zip(_GPU_LINK_KEYS, _gpu_link_values(g)))}
+    return {**dict(zip(_GPU_KEYS, _gpu_values(g))), **dict(zip(_GPU_LINK_KEYS, _gpu_link_values(g))),
+            **dict(zip(_GPU_POWER_KEYS, _gpu_power_values(g)))}
 
 
 def llm_columns(m: LlmSpec) -> dict[str, float]:
@@ -149,7 +156,7 @@ def row_columns(row: tuple[GpuSpec, LlmSpec, Workload],
     return derive(c)  # type: ignore[arg-type,return-value]
 
 
-RAW_KEYS = (*_GPU_KEYS, *_LLM_KEYS, *_WL_KEYS, *_GPU_LINK_KEYS, *_TP_KEYS)
+RAW_KEYS = (*_GPU_KEYS, *_LLM_KEYS, *_WL_KEYS, *_GPU_LINK_KEYS, *_TP_KEYS, *_GPU_POWER_KEYS)
 _CLOSED_LOOP_CODES = {"wl_kind_code": _code(KINDS, "closed_loop"), "wl_scenario_code": _code(SCENARIOS, "closed_loop")}
 
 
@@ -215,8 +222,10 @@ def derive(c: Columns) -> Columns:
     c["roofline_itl_s"] = gpu_s + c["comm_s"]
     # busy share of a step: all-reduce kernels keep the SMs and links busy (they spin and reduce), so the
     # all-reduce time counts as busy; only the per-layer engine overhead does not
+    c["step_overhead_s"] = c["llm_num_layers"] * _layer_overhead_s(c["wl_engine_code"])  # > 0: engine time per step
     c["roofline_duty"] = physics.roofline_duty(c["roofline_itl_s"], c["llm_num_layers"], _layer_overhead_s(c["wl_engine_code"]))
     c["duty_power_w"] = physics.duty_power_w(c["gpu_tdp_w"], c["roofline_duty"])
+    c["idle_power_w"] = physics.idle_power_w(c["gpu_idle_power_w"], c["gpu_tdp_w"])  # the power model's floor
     # roofline + per-layer engine overhead: a decode step's physical time (monotone in batch and context)
     c["step_time_s"] = c["roofline_itl_s"] / c["roofline_duty"]
     return c

@@ -52,15 +52,20 @@ def _expm1(x: float) -> float:
         return _INF
 
 
+def _odd_integer(b: float) -> bool:
+    return math.isfinite(b) and b == math.floor(b) and math.fmod(b, 2.0) != 0.0
+
+
 def _pow(a: float, b: float) -> float:
+    """C99 pow (Annex F) on every Python: math.pow raises where C returns a special value (0 to a negative
+    power, which older Pythons also raise for 0 ** -inf; overflow; a negative base to a non-integer)."""
     try:
         return math.pow(a, b)
-    except OverflowError:  # |result| too large: its sign is the base's when b is an odd integer
-        return -_INF if a < 0.0 and b == math.floor(b) and math.fmod(b, 2.0) != 0.0 else _INF
-    except ValueError:  # a negative base with a non-integer exponent, or 0 to a negative power
+    except OverflowError:  # |result| too large: negative only for a negative base to an odd integer
+        return -_INF if a < 0.0 and _odd_integer(b) else _INF
+    except ValueError:
         if a == 0.0:
-            odd = b == math.floor(b) and math.fmod(b, 2.0) != 0.0
-            return math.copysign(_INF, a) if odd else _INF
+            return math.copysign(_INF, a) if _odd_integer(b) else _INF
         return _NAN
 
 

@@ -211,6 +211,15 @@ def roofline_duty(roofline_s: np.ndarray, layers: np.ndarray, layer_overhead_s: 
     return t / (t + ops.asarray(layers) * layer_overhead_s)
 
 
+IDLE_FRACTION_OF_TDP = 0.15  # idle estimate (model loaded, no requests) where the catalog has no measured figure
+
+
+def idle_power_w(measured_w: np.ndarray, tdp_w: np.ndarray) -> np.ndarray:
+    """Idle power with a model loaded: the measured figure, else ``IDLE_FRACTION_OF_TDP`` × TDP (NaN = none)."""
+    m = ops.asarray(measured_w)
+    return ops.where(ops.isnan(m), IDLE_FRACTION_OF_TDP * ops.asarray(tdp_w), m)
+
+
 def duty_power_w(tdp_w: np.ndarray, duty: np.ndarray, floor: float = BUSY_FLOOR_TDP_FRACTION) -> np.ndarray:
     """Physical power estimate: P = TDP · (floor + (1 − floor) · duty); between floor·TDP and TDP."""
     return ops.asarray(tdp_w) * (floor + (1.0 - floor) * ops.clip(duty, 0.0, 1.0))

@@ -133,7 +133,8 @@ def prediction(bundle: ModelBundle, i: int, row: Row, cols: F.Columns, numbers: 
         warnings.append(f"predicted power {raw:.0f} W exceeds TDP {gpu.tdp_w:.0f} W; capped at TDP")
     scen = physics.paper_scenario(wl.kind, wl.qps)
     baselines = {"tdp_w": gpu.tdp_w, "ls_tdp_w": physics.ls_tdp_power_w(gpu.tdp_w, scen),
-                 "roofline_itl_s": float(cols["roofline_itl_s"][i]),
+                 # at the batch the ITL is predicted at: a server's solved busy batch, not the offline cap
+                 "roofline_itl_s": float(cols["roofline_itl_s"][i]) if mix is None else mix["roofline_itl_s"],
                  "tdp_total_w": gpu.tdp_w * wl.tp, "ls_tdp_total_w": physics.ls_tdp_power_w(gpu.tdp_w, scen) * wl.tp}
     factors = bundle.interval_factors
     return Prediction(

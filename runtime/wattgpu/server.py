@@ -12,7 +12,7 @@ from .assemble import Evaluate, Row
 from .specs import GpuSpec
 from .targets import ITL, POWER
 
-IDLE_FRACTION_OF_TDP = 0.15  # estimate used only when the catalog has no measured idle power
+IDLE_FRACTION_OF_TDP = physics.IDLE_FRACTION_OF_TDP  # estimate used only when the catalog has no measured idle power
 SERVER_FIXED_POINT_ITERS = 30
 
 
@@ -61,5 +61,5 @@ def server_mix(evaluate: Evaluate, rows: Sequence[Row], cols: F.Columns, learned
                 "idle_source": None if learned else sources[k], "learned": learned,
                 "idle_estimated": not learned and rows[k][0].idle_power_w is None,
                 "converged": bool(converged[k]) or bool(over[k]), "overloaded": bool(over[k]),
-                "max_qps": float(capacity["max_qps"][k])}
+                "max_qps": float(capacity["max_qps"][k]), "roofline_itl_s": float(state["roofline_itl_s"][k])}
             for k in range(len(rows))}

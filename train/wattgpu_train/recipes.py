@@ -110,15 +110,28 @@ _ITL_FEATURES = ("wl_engine_code", "wl_engine_era_code", "wl_itl_stat_code", "wl
 # ~2x). Chosen on non-nested CV/LOGO/LOLO of the depth-3 candidate (model selection on the evaluation data).
 _TP_FIT = {POWER: {"n_estimators": 600}, ITL: {"n_estimators": 600}}
 _TP_WEIGHT = {POWER: 0.1, ITL: 0.3}
-POWER_GRID: tuple[ModelRecipe, ...] = tuple(
-    replace(_model(POWER, _POWER_FEATURES, "log_ratio_to_duty_power", max_depth=d, **_TP_FIT[POWER]),
-            tp_row_weight=_TP_WEIGHT[POWER]) for d in (3, 2, 4))
-ITL_GRID: tuple[ModelRecipe, ...] = tuple(
-    replace(_model(ITL, _ITL_FEATURES, "log_ratio_to_step_time", max_depth=d, **_TP_FIT[ITL]),
-            tp_row_weight=_TP_WEIGHT[ITL]) for d in (3, 2, 4))
+def _grid(target: str, transform: str, depths: tuple[int, ...]) -> tuple[ModelRecipe, ...]:
+    feats = _POWER_FEATURES if target == POWER else _ITL_FEATURES
+    return tuple(replace(_model(target, feats, transform, max_depth=d, **_TP_FIT[target]), tp_row_weight=_TP_WEIGHT[target])
+                 for d in depths)
+
+
+# Issue 21: every default candidate maps the trees' output INTO the physical range (wattgpu.targets.BOUNDED):
+# power between the GPU's idle power and its TDP around the duty-power prior (a physics-structured model:
+# idle + (TDP − idle) × activity, activity = σ(prior + trees), the trees on the residual with inputs
+# shared by all GPUs), ITL above the roofline floor (excess over it scaled by the engine's per-layer
+# overhead, or by the roofline itself). The 0.2 models (unbounded ratio targets, clipped afterwards) are
+# kept as the ``v0_2`` recipe so evaluate scores both on the same splits.
+POWER_GRID: tuple[ModelRecipe, ...] = _grid(POWER, "logit_activity_over_duty", (3, 2, 4))
+ITL_GRID: tuple[ModelRecipe, ...] = (*_grid(ITL, "log_excess_over_step", (3, 2)), *_grid(ITL, "log_excess_over_roofline", (3,)))
 
 DEFAULT = Recipe(name="default", power=POWER_GRID[0], itl=ITL_GRID[0],
                  grid={POWER: POWER_GRID, ITL: ITL_GRID})
+
+V0_2_POWER_GRID = _grid(POWER, "log_ratio_to_duty_power", (3, 2, 4))
+V0_2_ITL_GRID = _grid(ITL, "log_ratio_to_step_time", (3, 2, 4))
+V0_2 = Recipe(name="v0_2", power=V0_2_POWER_GRID[0], itl=V0_2_ITL_GRID[0],
+              grid={POWER: V0_2_POWER_GRID, ITL: V0_2_ITL_GRID})
 
 
 PAPER = Recipe(
@@ -141,4 +154,4 @@ PAPER = Recipe(
     ),
 )
 
-RECIPES = {r.name: r for r in (DEFAULT, PAPER)}
+RECIPES = {r.name: r for r in (DEFAULT, PAPER, V0_2)}

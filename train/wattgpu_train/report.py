@@ -62,6 +62,36 @@ def tp_markdown(tp: dict[str, Any]) -> list[str]:
     return out + [""]
 
 
+def per_gpu_markdown(per_gpu: dict[str, Any]) -> list[str]:
+    """Each held-out GPU's LOGO MdAPE per method (bias in brackets), best in bold."""
+    out: list[str] = []
+    for target, rows in per_gpu.items():
+        if not rows:
+            continue
+        names = [k for k in next(iter(rows.values())) if k != "n"]
+        out += [f"### {target}: each held-out GPU under LOGO (MdAPE, bias in brackets)", "",
+                "| GPU | rows | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
+        for g, v in rows.items():
+            best = min(names, key=lambda k: v[k]["mdape"] if v[k]["mdape"] == v[k]["mdape"] else float("inf"))
+            cells = [(f"**{_f(v[k]['mdape'], pct=True)}**" if k == best else _f(v[k]["mdape"], pct=True))
+                     + f" ({v[k]['bias_pct']:+.0f})" for k in names]
+            out.append(f"| {g} | {v['n']} | " + " | ".join(cells) + " |")
+        out.append("")
+    return out
+
+
+def targets_markdown(rows: list[dict[str, Any]]) -> list[str]:
+    """Issue 21's targets with the figure reached, met or not, as measured."""
+    if not rows:
+        return []
+    out = ["## Targets (issue 21), as measured", "", "| target | reached | met |", "|---|---|---|"]
+    for t in rows:
+        v = t["value"]
+        shown = f"{v:.2f}" if isinstance(v, float) else str(v)
+        out.append(f"| {t['target']} | {shown} | {'yes' if t['met'] else '**no**'} |")
+    return out + [""]
+
+
 def evaluate_markdown(r: dict[str, Any], runtime_s: float | None = None) -> str:
     d = r["data"]
     pub = r["paper_published"]
@@ -82,6 +112,7 @@ def evaluate_markdown(r: dict[str, Any], runtime_s: float | None = None) -> str:
            + r["protocol"]["model_selection_note"][:1].upper() + r["protocol"]["model_selection_note"][1:], "",
            f"The last column holds the paper's figures, **{PUBLISHED_LABEL}** (vLLM offline + Poisson "
            "server runs on 8 GPUs); they are context, not a comparison on the same rows.", ""]
+    out += targets_markdown(r.get("targets", []))
     for target in ("power", "itl"):
         out += [f"## {target} ({UNITS[target]})", ""] + _method_table(r[target], target, pub) + [""]
         out += [f"### {target}: MdAPE per source (pooled models; LOSO: the source itself held out)", "",
@@ -93,6 +124,7 @@ def evaluate_markdown(r: dict[str, Any], runtime_s: float | None = None) -> str:
                            + " | ".join(_f(m["mdape"], pct=True) for m in ms.values()) + " |")
         out.append("")
     out += tp_markdown(r.get("tp", {}))
+    out += per_gpu_markdown(r.get("per_gpu_logo", {}))
     ep = r["energy_pick"]
     out += ["## Picking the lowest-energy GPU", "", ep["definition"] + f"; {ep['rows']} rows have both targets.", "",
             "| split | method | top-1 | top-3 | groups | groups with > 3 GPUs | mean GPUs per group |",

@@ -176,8 +176,19 @@ def predict_rows(path: str, defaults: Workload | None = None, predictor: Any = N
         yield from _predict_stream(rows, defaults, predictor, chunk)
 
 
-def _predict_stream(rows: Iterator[tuple[int, dict[str, str], str | None]], defaults: Workload | None,
-                    predictor: Any, chunk: int) -> Iterator[tuple[int, dict[str, str], Any]]:
+def resolve_rows(path: str, defaults: Workload | None = None, predictor: Any = None
+                 ) -> Iterator[tuple[int, dict[str, str], Any]]:
+    """Yield ``(line, row, (GpuSpec, LlmSpec, Workload) | RowError)`` for every data row, streaming:
+    the rows :func:`predict_rows` would predict, resolved by the same rules (``wattgpu calibrate``
+    reads its measurements with it)."""
+    with _open_csv(path) as f:
+        _, rows = _rows(f, str(path))
+        yield from _resolve_stream(rows, defaults, predictor)
+
+
+def _resolve_stream(rows: Iterator[tuple[int, dict[str, str], str | None]], defaults: Workload | None,
+                    predictor: Any) -> Iterator[tuple[int, dict[str, str], Any]]:
+    """Each CSV row as ``(line, row, triple | RowError)``: names resolved (cached), workload cells checked."""
     from .predictor import default_predictor
 
     pred = predictor or default_predictor()
@@ -187,7 +198,6 @@ def _predict_stream(rows: Iterator[tuple[int, dict[str, str], str | None]], defa
     caches = {"gpu": _BoundedCache(), "llm": _BoundedCache(), "wl": _BoundedCache()}
     resolvers = {"gpu": pred.resolve_gpu, "llm": pred.resolve_llm}
     wl_cols = KIND_COLUMNS + WORKLOAD_COLUMNS
-    pending: list[tuple[int, dict[str, str], Any]] = []
 
     def resolve(kind: str, key: Any, fn: Callable[[], Any]) -> Any:
         cache = caches[kind]
@@ -201,17 +211,6 @@ def _predict_stream(rows: Iterator[tuple[int, dict[str, str], str | None]], defa
         if isinstance(hit, WattGPUError):
             raise hit
         return hit
-
-    def flush() -> Iterator[tuple[int, dict[str, str], Any]]:
-        ok = [(i, t) for i, (_, _, t) in enumerate(pending) if isinstance(t, tuple)]
-        results = pred.predict_specs_safe([t for _, t in ok]) if ok else []
-        out = {i: r for (i, _), r in zip(ok, results)}
-        for i, (line, row, t) in enumerate(pending):
-            r = out.get(i, t)
-            if isinstance(r, WattGPUError) and not isinstance(r, RowError):
-                r = RowError(line, _row_message(r, wl_cols, row), r)
-            yield line, row, r
-        pending.clear()
 
     for line, row, problem in rows:
         try:
@@ -231,7 +230,30 @@ def _predict_stream(rows: Iterator[tuple[int, dict[str, str], str | None]], defa
             triple = RowError(line, _row_message(exc, wl_cols), exc)
         except WattGPUError as exc:
             triple = RowError(line, str(exc), exc)
-        pending.append((line, row, triple))
+        yield line, row, triple
+
+
+def _predict_stream(rows: Iterator[tuple[int, dict[str, str], str | None]], defaults: Workload | None,
+                    predictor: Any, chunk: int) -> Iterator[tuple[int, dict[str, str], Any]]:
+    from .predictor import default_predictor
+
+    pred = predictor or default_predictor()
+    wl_cols = KIND_COLUMNS + WORKLOAD_COLUMNS
+    pending: list[tuple[int, dict[str, str], Any]] = []
+
+    def flush() -> Iterator[tuple[int, dict[str, str], Any]]:
+        ok = [(i, t) for i, (_, _, t) in enumerate(pending) if isinstance(t, tuple)]
+        results = pred.predict_specs_safe([t for _, t in ok]) if ok else []
+        out = {i: r for (i, _), r in zip(ok, results)}
+        for i, (line, row, t) in enumerate(pending):
+            r = out.get(i, t)
+            if isinstance(r, WattGPUError) and not isinstance(r, RowError):
+                r = RowError(line, _row_message(r, wl_cols, row), r)
+            yield line, row, r
+        pending.clear()
+
+    for item in _resolve_stream(rows, defaults, pred):
+        pending.append(item)
         if len(pending) >= chunk:
             yield from flush()
     yield from flush()

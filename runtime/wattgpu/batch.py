@@ -37,7 +37,7 @@ OUTPUT_COLUMNS = (
     "power_w", "itl_s", "throughput_tok_s", "energy_per_token_j", "energy_per_request_j", "wh_per_request",
     "kwh_per_mtok", "usd_per_mtok", "gco2_per_mtok", "effective_batch", "busy_fraction", "power_method",
     "idle_power_w", "power_80_low", "power_80_high", "itl_80_low", "itl_80_high", "max_qps", "utilization",
-    "max_concurrency", "overloaded", "warnings", "tp", "total_power_w",
+    "max_concurrency", "overloaded", "warnings", "tp", "total_power_w", "calibration",
 )
 # Why a row was skipped, in the order the summary lists them.
 REASONS = ("invalid value", "unknown GPU or LLM", "unreadable spec file", "does not fit in GPU memory",
@@ -298,6 +298,7 @@ def _out_fields(p: Any, prices: tuple[float | None, float | None, float]) -> dic
         "itl_80_low": iv_i[80].low if 80 in iv_i else "", "itl_80_high": iv_i[80].high if 80 in iv_i else "",
         "max_qps": p.max_qps, "utilization": p.utilization, "max_concurrency": p.max_concurrency,
         "overloaded": "true" if p.overloaded else "false", "warnings": " | ".join(p.warnings), "tp": p.tp, "total_power_w": p.total_power_w,
+        "calibration": "" if p.calibration is None else p.calibration["summary"],
     }
 
 

@@ -1,52 +1,18 @@
 """Calibration on a user's own runs: fit a bounded correction of the models and apply it.
 
-A few measured runs (``wattgpu calibrate``) say how the user's GPUs and serving stack differ from the
-training data. Per target the correction has two levels, in a space where any shift keeps the
-physical bounds:
+Per target a shift θ = s (stack level, every GPU) + g_k (measured GPU k), posterior means of a
+hierarchical normal model (stack, GPU and a fitted-but-unapplied LLM level; delta-method run
+weights; priors :data:`PRIORS`), in a space where any shift keeps the physics:
 
-- **ITL**: ``z = log(itl − floor)``, the time above the weight-read floor (``floor`` = time to read
-  the GPU's active weights once at peak bandwidth, independent of the batch). Calibrated
-  ``itl' = floor + f·max(itl − floor, 0)`` with ``f = exp(θ)`` > 0 (a model output below the floor is
-  raised to it). The map is non-decreasing in ``itl`` and the floor does not depend on the batch, so
-  ITL stays monotone in the batch and never drops below the floor. Runs whose uncalibrated prediction
-  is at or below the floor carry no ITL information for the fit (their time above it is zero).
-- **power**: ``z = logit(u)``, ``u = (power − idle)/(TDP − idle)``, the dynamic share between the idle
-  anchor and TDP. Calibrated ``u' = σ(logit(u) + θ)`` (the odds of ``u`` times ``f = exp(θ)``);
-  predictions at or below idle or at or above TDP are left as they are (the runtime caps at TDP).
-  Increasing in ``power`` with batch-independent ends: monotone in the batch, between idle and TDP.
-  ``idle`` is the calibrated GPU's idle power (measured by the user, else the catalog's measured
-  figure, else the 15 %-of-TDP estimate) and, for every other GPU, 15 % of TDP.
+- ITL: ``itl' = floor + exp(θ)·max(itl − floor, 0)``, floor = weight-read time (batch-independent),
+  so ITL stays monotone in the batch and never below the floor;
+- power: the odds of ``u = (power − idle)/(TDP − idle)`` times ``exp(θ)`` inside (idle, TDP), the
+  value kept outside, so power stays monotone, ≤ TDP and ≥ idle. ``idle``: the calibrated GPU's
+  (user-measured, else catalog, else 15 % of TDP), 15 % of TDP for other GPUs.
 
-The shift of a row is ``θ = s + g_k``: ``s`` (stack level) is shared by every GPU — what the runs say
-about the user's engine and settings — and ``g_k`` (GPU level) applies to the measured GPU ``k`` only.
-Both are posterior means of a normal hierarchical model (empirical Bayes / credibility)::
-
-    r_i = s + g_k(i) + l_m(i) + e_i,   s ~ N(0, τ_s²),  g_k ~ N(0, τ_g²),  l_m ~ N(0, τ_l²),  e_i ~ N(0, σ²)
-    r_i = z(measured_i) − z(predicted_i)
-    θ̂ = (XᵀX/σ² + diag(1/τ_s², 1/τ_g², …, 1/τ_l², …))⁻¹ Xᵀr/σ²
-        (X: 1 for s, indicators of the run's GPU k and LLM m)
-    Var(e_i) = σ²·J_i²,  J_i = dz/dlog(value) at the prediction   (delta method: itl/(itl − floor) for
-        ITL, power/((TDP − idle)·u(1 − u)) for power — a run near the floor or an end says little)
-    σ² = (ν₀σ₀² + Σ_i ((r_i − r̄_(k,m)(i))/J_i)²) / (ν₀ + n − #(GPU, LLM) cells)   (relative spread in a cell)
-
-``l_m`` (LLM level) is fitted and never applied: it takes what the runs of one LLM share that other
-LLMs need not, so runs of a single LLM cannot pass an LLM-specific error off as a GPU or stack one.
-One run of one GPU and LLM moves a prediction by ``(τ_s²+τ_g²)/(τ_s²+τ_g²+τ_l²+σ²J²)`` of its
-residual; ten such runs by ``(τ_s²+τ_g²)/(τ_s²+τ_g²+τ_l²+σ²J²/10)`` (at most
-``(τ_s²+τ_g²)/(τ_s²+τ_g²+τ_l²)`` however many); runs of several LLMs separate the levels; scattered
-runs (large σ²) move it less.
-With runs of one GPU only, the shift splits between ``s`` and ``g`` in the ratio τ_s² : τ_g². The prior scales
-(:data:`PRIORS`) are set once from the spread of per-GPU and per-source biases in reports/accuracy.md
-(held-out GPU biases of 3–24 %, held-out sources of 20–90 %), not fitted to any user's runs; τ_l = τ_g
-(LLM-specific errors taken as large as GPU-specific ones).
-
-Intervals of a calibrated GPU's predictions scale their log widths by
-``ρ = sqrt((ν₀ + Σ_i (e_i/w)²)/(ν₀ + n_k))`` (clipped to [0.5, 2]): ``e_i = log(measured/calibrated)``
-of its runs, ``w`` the bundle's 80 % half-width in log units over z₀.₉ — prior weight ν₀ on "the
-bundle's width is right", the runs' scatter pulling it wider or narrower.
-
-Runtime only: numpy, no pandas or XGBoost. The section this module writes into a bundle manifest
-(``calibration``, format 2) is read back by :func:`read_section`.
+Intervals of a measured GPU scale their log widths by its runs' scatter (ρ). The formulas, with the
+shrinkage and the priors' origin: docs/calibration.md. Runtime only (numpy); the manifest section
+(``calibration``, bundle format 2) is checked by :func:`read_section`.
 """
 from __future__ import annotations
 
@@ -200,7 +166,7 @@ class Calibration:
         own = None if name is None else {t: _round(math.exp(f.gpu.get(name, 0.0))) for t, f in self.targets.items()}
         text = self.summary() + (f"; {name} factor " + ", ".join(f"{_label(t)} {v:.2f}" for t, v in sorted(own.items()))
                                  if own is not None else "; GPU not measured: stack factor only")
-        return {"summary": text, "runs": self.runs, "measured_gpus": {n: g.runs for n, g in sorted(self.gpus.items())},
+        return {"summary": text, "bundle_summary": self.summary(), "runs": self.runs, "measured_gpus": {n: g.runs for n, g in sorted(self.gpus.items())},
                 "stack_factor": stack, "gpu": name, "gpu_factor": own,
                 "idle_power_w": None if name is None or not self.gpus[name].idle_measured else self.gpus[name].idle_power_w}
 

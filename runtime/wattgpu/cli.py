@@ -378,6 +378,10 @@ def _print_rank(res: Any) -> None:
         shared = set(res.candidates[0].warnings).intersection(*(set(c.warnings) for c in res.candidates[1:]))
         for w in sorted(shared):
             click.echo(f"note (all candidates): {w}")
+        measured = [c.gpu for c in res.candidates if c.calibration is not None and c.calibration["gpu"] is not None]
+        if res.candidates[0].calibration is not None:
+            click.echo(f"note: {res.candidates[0].calibration['bundle_summary']}"
+                       + (f"; GPU factors applied to {', '.join(measured)}" if measured else "; no candidate was measured"))
         n = sum(1 for c in res.candidates if set(c.warnings) - shared)
         if n:
             click.echo(f"note: {n} candidates carry GPU-specific warnings (see --json)")

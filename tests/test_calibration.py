@@ -327,3 +327,14 @@ def test_section_round_trips(calibrated):
     assert cal.to_section() == m["calibration"]
     assert math.isfinite(cal.targets["itl"].stack)
     assert replace(cal, runs=4).summary().startswith("calibrated on 4 runs")
+
+
+def test_interval_scale_follows_the_runs_scatter():
+    from wattgpu.calibration import interval_scales
+
+    y = np.full(10, 100.0)
+    half = math.log(1.25)  # an 80 % band of ×0.8 … ×1.25
+    tight = interval_scales(["A"] * 10, y, y * 1.001, half)["A"]
+    loose = interval_scales(["A"] * 10, y, y * np.array([0.6, 1.6] * 5), half)["A"]
+    assert tight < 1.0 < loose <= 2.0
+    assert interval_scales(["A"], y[:1], y[:1] * 1.6, half)["A"] < loose  # one run weighs less than ten

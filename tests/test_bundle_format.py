@@ -63,8 +63,20 @@ def test_frozen_v1_bundle_loads_or_is_refused_by_version():
             _predict(FROZEN_V1)
 
 
-def test_packaged_bundle_is_the_current_format():
-    assert MANIFEST["schema_version"] == bundle.FORMAT_VERSION and bundle.FORMAT_VERSION in bundle.READERS
+def test_packaged_bundle_is_a_format_this_runtime_reads():
+    # format 2 added the manifest's `calibration` section; the packaged export (format 1) reads as before
+    assert MANIFEST["schema_version"] in bundle.READERS and bundle.FORMAT_VERSION in bundle.READERS
+
+
+def test_format_2_is_format_1_plus_a_calibration_section(tmp_path):
+    d = _copy(tmp_path)
+    m = json.loads((d / bundle.SCHEMA_FILE).read_text())
+    (d / bundle.SCHEMA_FILE).write_text(json.dumps({**m, "schema_version": 2, "calibration": None}))
+    p = Predictor(d).predict("NVIDIA A30", "meta-llama/Llama-3.1-8B-Instruct")
+    assert p.calibration is None and p.power_w == Predictor(PACKAGED).predict("NVIDIA A30", "meta-llama/Llama-3.1-8B-Instruct").power_w
+    (d / bundle.SCHEMA_FILE).write_text(json.dumps({**m, "schema_version": 2}))
+    with pytest.raises(ArtifactError, match="missing key 'calibration'"):
+        Predictor(d).predict("NVIDIA A30", "meta-llama/Llama-3.1-8B-Instruct")
 
 
 @pytest.mark.parametrize("path", KEY_PATHS, ids=[".".join(map(str, p)) for p in KEY_PATHS])

@@ -200,6 +200,7 @@ def test_cli_evaluate_quick(tmp_path):
     assert r["protocol"]["quick"] is True
     md = (tmp_path / "accuracy.md").read_text()
     assert "published, measured on Watt Counts — a different dataset" in md
+    assert {"power", "itl", "rule"} <= set(json.loads((tmp_path / "calibration.json").read_text()))
 
 
 def test_cli_reproduce_paper_on_synthetic_file(tmp_path):

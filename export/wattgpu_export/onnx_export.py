@@ -89,6 +89,7 @@ def export_models(*, recipe_name: str, models: Mapping[str, Any], matrices: Mapp
         "intervals": dict(intervals or {}),
         "domain": dict(domain or {}),
         "producer": producer_versions(),
+        "calibration": None,  # set only by `wattgpu calibrate` (wattgpu.calibration)
     }
     blobs: dict[str, bytes] = {}
     for target, fitted in models.items():

@@ -43,4 +43,8 @@ def evaluate(bundle: ModelBundle, cols: F.Columns, targets: Sequence[str] | None
             X = matrices[names] = F.matrix(names, cols)
         learned = bundle.session(target).run(None, {m.input_name: X})[0].reshape(-1)
         res[target] = inverse(m.transform, learned.astype(np.float64), cols)
+    if bundle.schema.calibration is not None:  # a `wattgpu calibrate` bundle: its bounded correction
+        from .calibration import of
+
+        res = of(bundle).apply(res, cols)  # type: ignore[union-attr]
     return res

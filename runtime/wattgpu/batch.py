@@ -37,7 +37,7 @@ OUTPUT_COLUMNS = (
     "gpu_resolved", "llm_resolved", "power_w", "itl_s", "throughput_tok_s", "energy_per_token_j", "energy_per_request_j", "wh_per_request",
     "kwh_per_mtok", "usd_per_mtok", "gco2_per_mtok", "effective_batch", "busy_fraction", "power_method",
     "idle_power_w", "power_80_low", "power_80_high", "itl_80_low", "itl_80_high", "max_qps", "utilization",
-    "max_concurrency", "overloaded", "warnings", "tp", "total_power_w",
+    "max_concurrency", "overloaded", "warnings", "tp", "total_power_w", "calibration",
 )
 # Why a row was skipped, in the order the summary lists them.
 REASONS = ("invalid value", "unknown GPU or LLM", "unreadable spec file", "does not fit in GPU memory",
@@ -176,8 +176,19 @@ def predict_rows(path: str, defaults: Workload | None = None, predictor: Any = N
         yield from _predict_stream(rows, defaults, predictor, chunk)
 
 
-def _predict_stream(rows: Iterator[tuple[int, dict[str, str], str | None]], defaults: Workload | None,
-                    predictor: Any, chunk: int) -> Iterator[tuple[int, dict[str, str], Any]]:
+def resolve_rows(path: str, defaults: Workload | None = None, predictor: Any = None
+                 ) -> Iterator[tuple[int, dict[str, str], Any]]:
+    """Yield ``(line, row, (GpuSpec, LlmSpec, Workload) | RowError)`` for every data row, streaming:
+    the rows :func:`predict_rows` would predict, resolved by the same rules (``wattgpu calibrate``
+    reads its measurements with it)."""
+    with _open_csv(path) as f:
+        _, rows = _rows(f, str(path))
+        yield from _resolve_stream(rows, defaults, predictor)
+
+
+def _resolve_stream(rows: Iterator[tuple[int, dict[str, str], str | None]], defaults: Workload | None,
+                    predictor: Any) -> Iterator[tuple[int, dict[str, str], Any]]:
+    """Each CSV row as ``(line, row, triple | RowError)``: names resolved (cached), workload cells checked."""
     from .predictor import default_predictor
 
     pred = predictor or default_predictor()
@@ -187,7 +198,6 @@ def _predict_stream(rows: Iterator[tuple[int, dict[str, str], str | None]], defa
     caches = {"gpu": _BoundedCache(), "llm": _BoundedCache(), "wl": _BoundedCache()}
     resolvers = {"gpu": pred.resolve_gpu, "llm": pred.resolve_llm}
     wl_cols = KIND_COLUMNS + WORKLOAD_COLUMNS
-    pending: list[tuple[int, dict[str, str], Any]] = []
 
     def resolve(kind: str, key: Any, fn: Callable[[], Any]) -> Any:
         cache = caches[kind]
@@ -201,17 +211,6 @@ def _predict_stream(rows: Iterator[tuple[int, dict[str, str], str | None]], defa
         if isinstance(hit, WattGPUError):
             raise hit
         return hit
-
-    def flush() -> Iterator[tuple[int, dict[str, str], Any]]:
-        ok = [(i, t) for i, (_, _, t) in enumerate(pending) if isinstance(t, tuple)]
-        results = pred.predict_specs_safe([t for _, t in ok]) if ok else []
-        out = {i: r for (i, _), r in zip(ok, results)}
-        for i, (line, row, t) in enumerate(pending):
-            r = out.get(i, t)
-            if isinstance(r, WattGPUError) and not isinstance(r, RowError):
-                r = RowError(line, _row_message(r, wl_cols, row), r)
-            yield line, row, r
-        pending.clear()
 
     for line, row, problem in rows:
         try:
@@ -231,7 +230,30 @@ def _predict_stream(rows: Iterator[tuple[int, dict[str, str], str | None]], defa
             triple = RowError(line, _row_message(exc, wl_cols), exc)
         except WattGPUError as exc:
             triple = RowError(line, str(exc), exc)
-        pending.append((line, row, triple))
+        yield line, row, triple
+
+
+def _predict_stream(rows: Iterator[tuple[int, dict[str, str], str | None]], defaults: Workload | None,
+                    predictor: Any, chunk: int) -> Iterator[tuple[int, dict[str, str], Any]]:
+    from .predictor import default_predictor
+
+    pred = predictor or default_predictor()
+    wl_cols = KIND_COLUMNS + WORKLOAD_COLUMNS
+    pending: list[tuple[int, dict[str, str], Any]] = []
+
+    def flush() -> Iterator[tuple[int, dict[str, str], Any]]:
+        ok = [(i, t) for i, (_, _, t) in enumerate(pending) if isinstance(t, tuple)]
+        results = pred.predict_specs_safe([t for _, t in ok]) if ok else []
+        out = {i: r for (i, _), r in zip(ok, results)}
+        for i, (line, row, t) in enumerate(pending):
+            r = out.get(i, t)
+            if isinstance(r, WattGPUError) and not isinstance(r, RowError):
+                r = RowError(line, _row_message(r, wl_cols, row), r)
+            yield line, row, r
+        pending.clear()
+
+    for item in _resolve_stream(rows, defaults, pred):
+        pending.append(item)
         if len(pending) >= chunk:
             yield from flush()
     yield from flush()
@@ -276,6 +298,7 @@ def _out_fields(p: Any, prices: tuple[float | None, float | None, float]) -> dic
         "itl_80_low": iv_i[80].low if 80 in iv_i else "", "itl_80_high": iv_i[80].high if 80 in iv_i else "",
         "max_qps": p.max_qps, "utilization": p.utilization, "max_concurrency": p.max_concurrency,
         "overloaded": "true" if p.overloaded else "false", "warnings": " | ".join(p.warnings), "tp": p.tp, "total_power_w": p.total_power_w,
+        "calibration": "" if p.calibration is None else p.calibration["summary"],
     }
 
 

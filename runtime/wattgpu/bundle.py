@@ -33,13 +33,17 @@ from .targets import TARGETS, TRANSFORMS, UNITS
 if TYPE_CHECKING:
     from pathlib import Path
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the ``calibration`` section (None, or the correction of ``wattgpu calibrate``)
 SCHEMA_FILE = "feature_schema.json"  # the manifest
 PACKAGED = "wattgpu/models"
 META_PREFIX = "wattgpu."
 
 # ---- the manifest, section by section: key -> (required?, check). Check raises on a bad value.
-MANIFEST_KEYS = ("schema_version", "recipe", "models", "catalog", "training", "intervals", "domain", "producer")
+MANIFEST_KEYS_V1 = ("schema_version", "recipe", "models", "catalog", "training", "intervals", "domain", "producer")
+MANIFEST_KEYS = (*MANIFEST_KEYS_V1, "calibration")
+# The ONNX files' stamped format version each manifest version accepts: format 2 changed only the
+# manifest, so a calibrated (format-2) bundle carries the unchanged model files of a format-1 export.
+ONNX_FORMATS = {1: ("1",), 2: ("1", "2")}
 MODEL_KEYS = ("file", "sha256", "transform", "unit", "input_name", "features", "xgboost_params",
               "parity_max_rel_diff", "parity_rtol")
 FEATURE_KEYS = ("name", "unit", "description")
@@ -100,6 +104,7 @@ class FeatureSchema:
     producer: Mapping[str, Any]
     intervals: Mapping[str, Any]
     domain: Mapping[str, Any]
+    calibration: Mapping[str, Any] | None = None  # format 2: see wattgpu.calibration
 
     @property
     def format_version(self) -> int:
@@ -196,8 +201,8 @@ def read_manifest(raw: bytes, origin: str = SCHEMA_FILE) -> FeatureSchema:
     return reader(data, _Reader(origin))
 
 
-def _read_v1(data: Mapping[str, Any], r: _Reader) -> FeatureSchema:
-    r.keys(data, "manifest", MANIFEST_KEYS)
+def _read_v1(data: Mapping[str, Any], r: _Reader, keys: tuple[str, ...] = MANIFEST_KEYS_V1) -> FeatureSchema:
+    r.keys(data, "manifest", keys)
     recipe = r.text(data, "recipe", "manifest")
     models: dict[str, ModelSchema] = {}
     for target, m in r.map_of(data["models"], "models").items():
@@ -291,7 +296,23 @@ def _domain(d: Any, r: _Reader) -> Mapping[str, Any]:
     return d
 
 
-READERS: dict[int, Callable[[Mapping[str, Any], _Reader], FeatureSchema]] = {1: _read_v1}
+def _read_v2(data: Mapping[str, Any], r: _Reader) -> FeatureSchema:
+    """Format 2 = format 1 + ``calibration`` (null, or the section :mod:`wattgpu.calibration` reads)."""
+    from dataclasses import replace
+
+    from .calibration import read_section  # the section's owner checks it
+
+    schema = _read_v1(data, r, MANIFEST_KEYS)
+    section = data["calibration"]
+    if section is not None:
+        try:
+            read_section(section, set(schema.models))
+        except ValueError as exc:
+            raise r.fail("calibration", str(exc)) from None
+    return replace(schema, calibration=section)
+
+
+READERS: dict[int, Callable[[Mapping[str, Any], _Reader], FeatureSchema]] = {1: _read_v1, 2: _read_v2}
 
 
 def onnx_metadata(schema: Mapping[str, Any], target: str) -> dict[str, str]:
@@ -310,7 +331,12 @@ def check_onnx_metadata(meta: Mapping[str, str], schema: FeatureSchema, m: Model
 
     The catalog hash is stamped for provenance only: the catalog may be updated (and re-hashed in the
     manifest) without retraining."""
-    want = {"schema_version": str(schema.schema_version), "target": m.target, "recipe": schema.recipe,
+    stamped = meta.get(META_PREFIX + "schema_version")
+    if stamped is not None and stamped in ONNX_FORMATS.get(schema.schema_version, ()):
+        stamped_ok = stamped  # a model file of an earlier format this manifest version carries unchanged
+    else:
+        stamped_ok = str(schema.schema_version)
+    want = {"schema_version": stamped_ok, "target": m.target, "recipe": schema.recipe,
             "transform": m.transform, "features": ",".join(m.feature_names)}
     for key, value in want.items():
         got = meta.get(META_PREFIX + key)

@@ -1,4 +1,4 @@
-"""``wattgpu`` command line: predict, gpus, llms. Input errors exit 2 with one line; never a traceback."""
+"""``wattgpu`` command line: predict, rank, gpus, llms, calibrate. Input errors exit 2 with one line; never a traceback."""
 from __future__ import annotations
 
 import json
@@ -242,6 +242,8 @@ def predict(llm: str | None, gpu: str | None, as_json: bool, usd_per_kwh: float 
     for k, v in rows:
         click.echo(f"{k:<{width}}  {v}")
     click.echo(f"note: mean power {explain_power_method(p['power_method'])}")
+    if p["calibration"] is not None:
+        click.echo(f"note: {p['calibration']['summary']}")
     if e["usd_per_mtok"] is not None or e["gco2_per_mtok"] is not None:
         click.echo(f"note: cost and carbon include the facility overhead (PUE {pue:g}); "
                    "the energy figures are the GPU's own")
@@ -376,6 +378,10 @@ def _print_rank(res: Any) -> None:
         shared = set(res.candidates[0].warnings).intersection(*(set(c.warnings) for c in res.candidates[1:]))
         for w in sorted(shared):
             click.echo(f"note (all candidates): {w}")
+        measured = [c.gpu for c in res.candidates if c.calibration is not None and c.calibration["gpu"] is not None]
+        if res.candidates[0].calibration is not None:
+            click.echo(f"note: {res.candidates[0].calibration['bundle_summary']}"
+                       + (f"; GPU factors applied to {', '.join(measured)}" if measured else "; no candidate was measured"))
         n = sum(1 for c in res.candidates if set(c.warnings) - shared)
         if n:
             click.echo(f"note: {n} candidates carry GPU-specific warnings (see --json)")
@@ -404,6 +410,88 @@ def gpus(as_json: bool, models: str | None) -> None:
 
     click.echo(f"idle W: meas = measured with a model loaded (source in --json); "
                f"est = {IDLE_FRACTION_OF_TDP:.0%} of TDP (an estimate)")
+
+
+@main.command()
+@click.option("--measurements", default=None, type=click.Path(dir_okay=False),
+              help="CSV of your runs: the columns of `predict --input` plus measured power_w (mean W per GPU) "
+                   "and/or itl_s (s/token); optional ttft_s, idle_power_w.")
+@click.option("--vllm-bench", "benches", multiple=True, type=click.Path(dir_okay=False),
+              help="Result JSON of `vllm bench serve --save-result` (repeatable; one run each); needs --gpu.")
+@click.option("--nvidia-smi", "power_logs", multiple=True, type=click.Path(dir_okay=False),
+              help="Power log of the benchmark(s): nvidia-smi --query-gpu=timestamp,power.draw --format=csv -lms 200, "
+                   "or a dcgmi dmon -e 155 dump; one per --vllm-bench, or one covering them all.")
+@click.option("--gpu", default=None, help="GPU the --vllm-bench runs used (catalog name or spec JSON).")
+@click.option("--llm", default=None, help="LLM of the --vllm-bench runs (default: the JSON's model_id).")
+@click.option("--tp", "tp_text", default="1", show_default=True, help="GPUs per replica of the --vllm-bench runs.")
+@click.option("--out", "out_dir", required=True, metavar="DIR", help="Directory to write the calibrated bundle to.")
+@click.option("--json", "as_json", is_flag=True, help="Print the calibration section as JSON.")
+@models_option
+@guarded
+def calibrate(measurements: str | None, benches: tuple[str, ...], power_logs: tuple[str, ...], gpu: str | None,
+              llm: str | None, tp_text: str, out_dir: str, as_json: bool, models: str | None) -> None:
+    """Correct the models with your own measured runs; writes a bundle for --models / WATTGPU_MODELS."""
+    from .calibration import calibrate as run_calibration
+    from .calibration import check_base
+    from .errors import WattGPUError
+    from .measured import bench_row, rows_of, runs_from_csv, runs_from_rows
+
+    if (measurements is None) == (not benches):
+        raise WattGPUError("give --measurements runs.csv, or --vllm-bench FILE (with --gpu and --nvidia-smi), not both")
+    if measurements is not None and (power_logs or gpu or llm):
+        raise WattGPUError("--nvidia-smi, --gpu and --llm go with --vllm-bench; a runs CSV names them per row")
+    predictor = _predictor(models)
+    check_base(predictor.bundle)
+    if measurements is not None:
+        runs = runs_from_csv(measurements, predictor)
+    else:
+        if gpu is None:
+            raise WattGPUError("--vllm-bench needs --gpu: the benchmark JSON does not say which GPU served it")
+        if len(power_logs) not in (0, 1, len(benches)):
+            raise WattGPUError(f"{len(power_logs)} --nvidia-smi logs for {len(benches)} --vllm-bench files; "
+                               "give one log per benchmark, or one that covers them all")
+        tp = parse_tp(tp_text)
+        rows = []
+        for i, b in enumerate(benches):
+            log = power_logs[i] if len(power_logs) == len(benches) else (power_logs[0] if power_logs else None)
+            row, note = bench_row(b, log, gpu, llm, tp)
+            click.echo(f"read {note}", err=True)
+            rows.append(row)
+        runs = runs_from_rows(rows_of(rows), "--vllm-bench", predictor)
+    cal = run_calibration(runs, predictor.bundle, out_dir)
+    if as_json:
+        click.echo(json.dumps(cal.to_section(), indent=2, sort_keys=True))
+        return
+    _print_calibration(cal, runs, out_dir)
+
+
+def _print_calibration(cal: Any, runs: Any, out_dir: str) -> None:
+    """What the calibration found, and how well the calibrated bundle reproduces the runs."""
+    import math
+
+    import numpy as np
+
+    from .predictor import Predictor
+
+    after = Predictor(out_dir).predict_specs(runs.triples)
+    click.echo(cal.summary())
+    click.echo(f"{'target':<6} {'runs':>4} {'stack':>6} {'GPU factors':<40} {'MdAPE before':>12} {'after':>6}")
+    for t, f in sorted(cal.targets.items()):
+        y = runs.measured[t]
+        ok = np.isfinite(y)
+        new = np.array([getattr(p, 'itl_s' if t == 'itl' else 'power_w') for p in after])
+        before = float(np.median(np.abs(runs.predicted[t][ok] / y[ok] - 1))) * 100
+        now = float(np.median(np.abs(new[ok] / y[ok] - 1))) * 100
+        gpus = ", ".join(f"{n} {math.exp(v):.2f}" for n, v in sorted(f.gpu.items()))
+        click.echo(f"{'ITL' if t == 'itl' else t:<6} {f.runs:>4} {math.exp(f.stack):>6.2f} {gpus:<40} "
+                   f"{before:>11.1f}% {now:>5.1f}%")
+    skipped = {t: int(np.isfinite(runs.measured[t]).sum()) - f.runs for t, f in cal.targets.items()}
+    if skipped.get("itl"):
+        click.echo(f"note: {skipped['itl']} ITL run(s) not used: the uncalibrated ITL is at or below the roofline "
+                   "floor there, so the time above it cannot be scaled")
+    click.echo("factors: ITL multiplies the time above the roofline floor; power multiplies the odds of the "
+               "dynamic share between idle and TDP. MdAPE is on these runs themselves (in-sample).")
+    click.echo(f"wrote {out_dir}: use it with `wattgpu predict --models {out_dir}` or WATTGPU_MODELS={out_dir}")
 
 
 @main.command()

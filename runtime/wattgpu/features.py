@@ -156,6 +156,7 @@ def row_columns(row: tuple[GpuSpec, LlmSpec, Workload],
     return derive(c)  # type: ignore[arg-type,return-value]
 
 
+GPU_COLUMN_KEYS = (*_GPU_KEYS, *_GPU_LINK_KEYS)  # the spec-sheet columns of one GPU (its identity for calibration; not idle power)
 RAW_KEYS = (*_GPU_KEYS, *_LLM_KEYS, *_WL_KEYS, *_GPU_LINK_KEYS, *_TP_KEYS, *_GPU_POWER_KEYS)
 _CLOSED_LOOP_CODES = {"wl_kind_code": _code(KINDS, "closed_loop"), "wl_scenario_code": _code(SCENARIOS, "closed_loop")}
 
@@ -402,6 +403,9 @@ def _cshare(c: Columns) -> np.ndarray:
 @feature("log_roofline_tok_s_per_w", "log(tok/s/W)", "log roofline throughput per watt of TDP")
 def _tok_per_w(c: Columns) -> np.ndarray:
     return ops.log(c["eff_batch"] / c["roofline_itl_s"] / c["gpu_tdp_w"])
+
+
+weight_read_s = _weight_read_s  # public: the ITL floor of wattgpu.calibration
 
 
 @feature("log_weight_read_s", "log(s)", "log of the time to read the active weights once at peak bandwidth "

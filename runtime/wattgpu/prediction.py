@@ -30,6 +30,7 @@ class Prediction:
       :mod:`wattgpu.capacity`); ``utilization`` = offered load ÷ ``max_qps`` (1 offline);
       ``max_concurrency``: full-context sequences whose KV cache fits; ``overloaded``: a server load
       beyond capacity (throughput then stays at ``max_qps × output_tokens``).
+    - ``calibration``: None, or what a calibrated bundle corrected (its ``summary`` says it in words).
     """
 
     llm: str
@@ -56,6 +57,7 @@ class Prediction:
     overloaded: bool = False
     tp: int = 1
     allreduce_s_per_step: float = 0.0
+    calibration: dict[str, Any] | None = None  # set by a `wattgpu calibrate` bundle (wattgpu.calibration)
 
     @property
     def total_power_w(self) -> float:

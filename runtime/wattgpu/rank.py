@@ -68,6 +68,7 @@ class RankEntry:
     replicas: int = 1
     qps_per_replica: float | None = None
     tp: int = 1
+    calibration: Mapping[str, Any] | None = None  # a calibrated bundle's note (Prediction.calibration)
 
     @property
     def j_per_token(self) -> float:
@@ -95,6 +96,7 @@ class RankEntry:
             "baselines": dict(self.baselines), "warnings": list(self.warnings),
             "max_qps": self.max_qps, "utilization": self.utilization, "max_concurrency": self.max_concurrency,
             "replicas": self.replicas, "qps_per_replica": self.qps_per_replica, "fleet_power_w": self.fleet_power_w,
+            "calibration": None if self.calibration is None else dict(self.calibration),
         })
         return out
 
@@ -169,7 +171,8 @@ def _entry(p: Prediction, strict: bool, prices: tuple[float | None, float | None
         power_intervals={_level_key(i.level): (i.low, i.high) for i in p.power_intervals},
         itl_intervals={_level_key(i.level): (i.low, i.high) for i in p.itl_intervals},
         baselines=dict(p.baselines), warnings=p.warnings, max_qps=p.max_qps, utilization=p.utilization,
-        max_concurrency=p.max_concurrency, replicas=replicas, qps_per_replica=p.workload.get("qps"), tp=p.tp)
+        max_concurrency=p.max_concurrency, replicas=replicas, qps_per_replica=p.workload.get("qps"), tp=p.tp,
+        calibration=p.calibration)
 
 
 @lru_cache(maxsize=64)

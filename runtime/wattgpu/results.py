@@ -137,6 +137,13 @@ def prediction(bundle: ModelBundle, i: int, row: Row, cols: F.Columns, numbers: 
                  "roofline_itl_s": float(cols["roofline_itl_s"][i]) if mix is None else mix["roofline_itl_s"],
                  "tdp_total_w": gpu.tdp_w * wl.tp, "ls_tdp_total_w": physics.ls_tdp_power_w(gpu.tdp_w, scen) * wl.tp}
     factors = bundle.interval_factors
+    calibrated = None
+    if bundle.schema.calibration is not None:
+        from .calibration import of
+
+        cal = of(bundle)
+        calibrated = memo.spec(gpu, cal.describe)  # type: ignore[union-attr]
+        factors = {t: scaled_factors(f, cal.interval_scale(gpu, t)) for t, f in factors.items()}  # type: ignore[union-attr]
     return Prediction(
         llm=llm.name, gpu=gpu.name, workload=dict(wl_dict), power_w=power, itl_s=itl,
         system_s_per_token=float(numbers["system_s_per_token"][i]), throughput_tok_s=tokens_per_s,
@@ -148,7 +155,14 @@ def prediction(bundle: ModelBundle, i: int, row: Row, cols: F.Columns, numbers: 
         itl_intervals=intervals(factors.get(ITL, ()), itl), baselines=baselines,
         warnings=tuple(warnings), max_qps=max_qps, utilization=float(numbers["utilization"][i]),
         max_concurrency=max_conc, overloaded=overloaded,
-        tp=wl.tp, allreduce_s_per_step=float(cols["comm_s"][i]))
+        tp=wl.tp, allreduce_s_per_step=float(cols["comm_s"][i]), calibration=calibrated)
+
+
+def scaled_factors(factors: tuple[tuple[float, float, float], ...], rho: float) -> tuple[tuple[float, float, float], ...]:
+    """Interval factors with their log widths scaled by ``rho`` (a calibrated GPU's residual scatter)."""
+    if rho == 1.0:
+        return factors
+    return tuple((level, lo ** rho, hi ** rho) for level, lo, hi in factors)
 
 
 class RowMemo:

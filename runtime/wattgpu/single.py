@@ -80,7 +80,12 @@ def _runners(bundle: ModelBundle) -> dict[str, _RowRunner]:
 
 def evaluate_one(bundle: ModelBundle, c: dict[str, float]) -> dict[str, float]:
     """Every model of ``bundle`` on one row of scalar columns, in physical units."""
-    return {target: run(c) for target, run in _runners(bundle).items()}
+    out = {target: run(c) for target, run in _runners(bundle).items()}
+    if bundle.schema.calibration is not None:  # the same correction as assemble.evaluate, on floats
+        from .calibration import of
+
+        out = of(bundle).apply(out, c)  # type: ignore[union-attr]
+    return out
 
 
 def numbers_one(bundle: ModelBundle, row: Row, memo: RowMemo | None = None) -> tuple[dict[str, float], dict[str, Any]] | None:

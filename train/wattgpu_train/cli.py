@@ -118,10 +118,16 @@ def fit_cmd(data_dir: Path, watt_counts: Path | None, specs: Path, recipe: str, 
 @click.option("--specs", type=click.Path(path_type=Path, exists=True), default=DEFAULT_SPECS, show_default=True)
 @click.option("--quick", is_flag=True, help="Smoke run for CI: fewer trees and CV folds (figures not meaningful).")
 @click.option("--jobs", type=int, default=2, show_default=True, help="Fold fits run in parallel.")
-def evaluate_cmd(out: Path, data_dir: Path, specs: Path, quick: bool, jobs: int) -> None:
-    """Score default, paper recipe and physical baselines under CV / LOGO / LOLO / LOSO; write accuracy.json and .md."""
+@click.option("--kshot-only", is_flag=True,
+              help="Only the k-shot calibration table (calibration.json and .md), not the full scoreboard.")
+def evaluate_cmd(out: Path, data_dir: Path, specs: Path, quick: bool, jobs: int, kshot_only: bool) -> None:
+    """Score default, paper recipe and physical baselines under CV / LOGO / LOLO / LOSO; write accuracy.json and .md,
+    and the k-shot calibration table (calibration.json and .md)."""
     from .report import evaluate_markdown
 
+    if kshot_only:
+        _kshot(out, _pipeline().load(data_dir, specs), quick, jobs)
+        return
     t0 = time.perf_counter()
     result = _pipeline().evaluate(_pipeline().load(data_dir, specs), quick=quick, n_jobs=jobs, log=_echo_err)
     elapsed = time.perf_counter() - t0
@@ -139,6 +145,23 @@ def evaluate_cmd(out: Path, data_dir: Path, specs: Path, quick: bool, jobs: int)
                                 if isinstance(v, dict) and v.get("mdape") is not None)
                 click.echo(f"{target} TP rows ({tp['rows']}) {split.upper()} MdAPE: {row}")
     click.echo(f"wrote {j} and {m} in {elapsed:.0f} s")
+    _kshot(out, _pipeline().load(data_dir, specs), quick, jobs)
+
+
+def _kshot(out: Path, data: Any, quick: bool, jobs: int) -> None:
+    """Write the k-shot calibration scoreboard (calibration.json, calibration.md) and print its summary."""
+    from .kshot import KSHOT_SPLITS, markdown
+
+    result = _pipeline().kshot(data, quick=quick, n_jobs=jobs, log=_echo_err)
+    j = _write(out, "calibration.json", json.dumps(result, indent=1, ensure_ascii=False) + "\n")
+    m = _write(out, "calibration.md", markdown(result))
+    for split in KSHOT_SPLITS:
+        for target in ("power", "itl"):
+            row = ", ".join(f"k={k} {v['mdape_before']} → {v['mdape_after']} %"
+                            for k, v in result[target][split]["summary"]["all"].items())
+            click.echo(f"k-shot {split.upper()} {target} MdAPE (uncalibrated → calibrated): {row}")
+    click.echo(f"k-shot scoreboard in {result['runtime_s']} s; wrote {j} and {m}")
+
 
 @main.command("reproduce-paper")
 @click.option("--watt-counts", type=click.Path(path_type=Path, exists=True, dir_okay=False), required=True,

@@ -138,6 +138,15 @@ def evaluate(data: TrainingData, *, quick: bool = False, n_jobs: int = 2, log: L
     return run(data.records, data.catalog, quick=quick, n_jobs=n_jobs, log=log)
 
 
+def kshot(data: TrainingData, *, quick: bool = False, n_jobs: int = 2, log: Log = _quiet) -> dict[str, Any]:
+    """The k-shot calibration scoreboard: calibrate each held-out GPU (LOGO) / source (LOSO) on k of its runs."""
+    from .evaluate import quick_recipe
+    from .kshot import kshot as run
+    from .recipes import DEFAULT
+
+    return run(data.records, data.catalog, recipe=quick_recipe(DEFAULT) if quick else DEFAULT, n_jobs=n_jobs, log=log)
+
+
 def reproduce_paper(watt_counts: str | Path, data_dir: str | Path = "data", specs: str | Path = "specs.json", *,
                     quick: bool = False, n_jobs: int = 2, log: Log = _quiet) -> dict[str, Any]:
     """The paper's recipe and ours on a Watt Counts file, next to the published tables."""

@@ -1,0 +1,267 @@
+"""A user's measured runs for ``wattgpu calibrate``: a runs CSV, or the logs of a benchmark.
+
+The runs CSV has the columns of ``wattgpu predict --input`` (read by :mod:`wattgpu.batch` with the
+same field rules) plus the measurements of :data:`MEASURED`: ``power_w`` (mean power per GPU over the
+run, W) and/or ``itl_s`` (s/token, the row's ``itl_stat``), optionally ``ttft_s`` (checked, not used:
+WattGPU predicts no TTFT) and ``idle_power_w`` (the GPU's idle power with the model loaded).
+
+From logs: :func:`bench_row` turns the JSON that ``vllm bench serve`` / ``benchmark_serving.py
+--save-result`` writes, plus a power log (``nvidia-smi --query-gpu=timestamp,power.draw --format=csv
+-lms 200``, or ``dcgmi dmon -e 155`` output), into one such row: power averaged over the benchmark's
+window (``date`` − ``duration`` … ``date``; the whole log when the JSON has no ``date`` or the log no
+timestamps), ITL and TTFT from the benchmark. Log only the GPUs that served the benchmark.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import math
+import re
+from datetime import datetime, timedelta
+from typing import Any, Iterable, Iterator
+
+import numpy as np
+
+from . import features as F
+from .batch import _open_csv, _resolve_stream, _rows
+from .calibration import Runs
+from .errors import ConfigFileError, SpecValidationError, WattGPUError
+from .rules import NumberRule
+from .safeio import looks_utf16, open_regular, read_json_file
+from .targets import ITL, POWER
+from .workload import Workload
+
+MEASURED = {
+    "power_w": NumberRule(0.0, 10_000.0, "W (mean per GPU)", optional=True, open_lo=True),
+    "itl_s": NumberRule(0.0, 600.0, "s/token", optional=True, open_lo=True),
+    "ttft_s": NumberRule(0.0, 86_400.0, "s", optional=True),
+    "idle_power_w": NumberRule(0.0, 10_000.0, "W (per GPU)", optional=True, open_lo=True),
+}
+MAX_RUNS = 100_000
+MAX_LOG_BYTES = 512 * 1024**2
+MAX_BENCH_BYTES = 64 * 1024**2  # benchmark_serving.py --save-detailed stores per-request lists
+TARGET_OF = {"power_w": POWER, "itl_s": ITL}
+
+
+def runs_from_csv(path: str, predictor: Any, defaults: Workload | None = None) -> Runs:
+    """The measured runs of a runs CSV, resolved and predicted by ``predictor`` (uncalibrated)."""
+    with _open_csv(path) as f:
+        header, rows = _rows(f, str(path))
+        if not {"power_w", "itl_s"} & set(header):
+            raise ConfigFileError(str(path), "has neither a power_w nor an itl_s column; add the measured mean "
+                                             "power per GPU (W) and/or ITL (s/token) of each run")
+        return runs_from_rows(rows, str(path), predictor, defaults)
+
+
+def runs_from_rows(rows: Iterable[tuple[int, dict[str, str], str | None]], origin: str, predictor: Any,
+                   defaults: Workload | None = None) -> Runs:
+    """Measured runs from CSV-like rows ``(line, cells, structural problem)``; the first bad row raises
+    a WattGPUError naming ``origin``, its line and the column."""
+    triples, measured, lines = [], [], []
+    for line, row, triple in _resolve_stream(iter(rows), defaults, predictor):
+        if isinstance(triple, WattGPUError):
+            raise WattGPUError(f"{origin}: {triple}")
+        values = {}
+        for col, rule in MEASURED.items():
+            try:
+                values[col] = rule.parse("run", col, row.get(col) or "")
+            except SpecValidationError as exc:
+                raise WattGPUError(f"{origin}: line {line}: column {col!r} = {exc.value!r:.40} is invalid; "
+                                   f"expected {exc.expected}") from None
+        if values["power_w"] is None and values["itl_s"] is None:
+            raise WattGPUError(f"{origin}: line {line}: no measurement; give power_w and/or itl_s")
+        triples.append(triple)
+        measured.append(values)
+        lines.append(line)
+        if len(triples) > MAX_RUNS:
+            raise WattGPUError(f"{origin}: more than {MAX_RUNS:,} runs; calibrate on a sample")
+    if not triples:
+        raise WattGPUError(f"{origin}: no runs; add at least one row with llm, gpu and power_w and/or itl_s")
+    preds = predictor.predict_specs_safe(triples)
+    for line, p in zip(lines, preds):
+        if isinstance(p, WattGPUError):
+            raise WattGPUError(f"{origin}: line {line}: {p}")
+    cols = F.columns(triples)
+    floor = F.weight_read_s(cols)
+    for line, (g, _, _), v, fl in zip(lines, triples, measured, floor.tolist()):
+        if v["itl_s"] is not None and v["itl_s"] <= fl:
+            raise WattGPUError(f"{origin}: line {line}: itl_s = {v['itl_s']:g} s is below the time to read the "
+                               f"weights once on {g.name} ({fl:.3g} s): check the llm, gpu, tp and itl_s (seconds, "
+                               "not ms) of this run")
+        if v["power_w"] is not None and v["power_w"] > 1.5 * g.tdp_w:
+            raise WattGPUError(f"{origin}: line {line}: power_w = {v['power_w']:g} W is far above the TDP of "
+                               f"{g.name} ({g.tdp_w:g} W); give the mean power per GPU, not the group's")
+
+    def column(name: str) -> np.ndarray:
+        return np.array([math.nan if v[name] is None else float(v[name] or 0.0) for v in measured])
+
+    return Runs(triples=triples, gpus=[t[0].name for t in triples], specs=[t[0] for t in triples], cols=cols,
+                predicted={POWER: np.array([p.power_w for p in preds]), ITL: np.array([p.itl_s for p in preds])},
+                measured={POWER: column("power_w"), ITL: column("itl_s")}, idle_measured=column("idle_power_w"))
+
+
+# ---- benchmark logs
+def read_vllm_bench(path: str) -> dict[str, Any]:
+    """The result JSON of ``vllm bench serve`` / ``benchmark_serving.py``, checked for what a run needs."""
+    data = read_json_file(path, what="vllm bench result", max_bytes=MAX_BENCH_BYTES, dir_file=None)
+    need = ("completed", "total_input_tokens", "total_output_tokens", "duration")
+    missing = [k for k in need if k not in data]
+    if missing:
+        raise ConfigFileError(str(path), f"has no {missing[0]!r}; pass the JSON that `vllm bench serve "
+                                         "--save-result` (or benchmark_serving.py --save-result) writes")
+    if not any(k in data for k in ("mean_tpot_ms", "mean_itl_ms", "median_itl_ms")):
+        raise ConfigFileError(str(path), "has no mean_tpot_ms, mean_itl_ms or median_itl_ms; is it a serving "
+                                         "benchmark result?")
+    for k in (*need, "mean_tpot_ms", "mean_itl_ms", "median_itl_ms", "mean_ttft_ms"):
+        v = data.get(k)
+        if k in data and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0):
+            raise ConfigFileError(str(path), f"field {k!r} = {v!r:.40} is not a finite number ≥ 0")
+    if not data["completed"] >= 1 or not data["duration"] > 0:
+        raise ConfigFileError(str(path), "reports no completed requests (completed < 1 or duration 0)")
+    return data
+
+
+def bench_window(bench: dict[str, Any]) -> tuple[datetime, datetime] | None:
+    """(start, end) of the benchmark: ``date`` (written when it ends, local time) minus ``duration``."""
+    date = bench.get("date")
+    if not isinstance(date, str):
+        return None
+    try:
+        end = datetime.strptime(date.strip(), "%Y%m%d-%H%M%S")
+    except ValueError:
+        return None
+    return end - timedelta(seconds=float(bench["duration"]) + 1.0), end + timedelta(seconds=1.0)
+
+
+_SMI_TIME = ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S", "%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S")
+_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def read_power_log(path: str) -> list[tuple[datetime | None, float]]:
+    """(time or None, watts) samples of an nvidia-smi CSV (timestamp, power.draw) or a ``dcgmi dmon`` dump."""
+    shown = str(path)
+    with open_regular(path, what="power log", max_bytes=MAX_LOG_BYTES) as fh:
+        raw = fh.read(MAX_LOG_BYTES + 1)
+    if looks_utf16(raw):
+        raise ConfigFileError(shown, "is UTF-16 text; save the power log as UTF-8")
+    if b"\x00" in raw:
+        raise ConfigFileError(shown, "contains NUL bytes (binary data); pass the text output of nvidia-smi or dcgmi")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigFileError(shown, f"is not UTF-8 text (bad byte at offset {exc.start})") from None
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        raise ConfigFileError(shown, "is empty; pass the output of nvidia-smi --query-gpu=timestamp,power.draw "
+                                     "--format=csv -lms 200")
+    samples = _dcgm(lines, shown) if lines[0].lstrip().startswith("#") else _smi(lines, shown)
+    if not samples:
+        raise ConfigFileError(shown, "holds no power samples")
+    return samples
+
+
+def _smi(lines: list[str], shown: str) -> list[tuple[datetime | None, float]]:
+    head = [c.strip().lower() for c in next(csv.reader([lines[0]]))]
+    p_col = next((i for i, c in enumerate(head) if c.startswith("power.draw")), None)
+    t_col = next((i for i, c in enumerate(head) if c.startswith("timestamp")), None)
+    if p_col is None:
+        raise ConfigFileError(shown, "has no power.draw column; log with nvidia-smi --query-gpu=timestamp,power.draw "
+                                     "--format=csv -lms 200 (or pass a dcgmi dmon -e 155 dump)")
+    out: list[tuple[datetime | None, float]] = []
+    for n, cells in enumerate(csv.reader(io.StringIO("\n".join(lines[1:]))), start=2):
+        if len(cells) <= p_col:
+            continue
+        cell = cells[p_col].strip()
+        if cell.lower().startswith("power.draw"):  # the header again (concatenated logs)
+            continue
+        if cell.startswith("[") or not cell:  # "[N/A]", "[Not Supported]"
+            continue
+        m = _NUMBER.match(cell)
+        if m is None or not math.isfinite(float(m.group())) or float(m.group()) < 0:
+            raise ConfigFileError(shown, f"line {n}: power.draw = {cell!r:.40} is not a number of watts")
+        when = _parse_time(cells[t_col].strip()) if t_col is not None and len(cells) > t_col else None
+        out.append((when, float(m.group())))
+    return out
+
+
+def _parse_time(text: str) -> datetime | None:
+    for fmt in _SMI_TIME:
+        try:
+            return datetime.strptime(text, fmt)
+        except ValueError:
+            continue
+    return None
+
+
+def _dcgm(lines: list[str], shown: str) -> list[tuple[datetime | None, float]]:
+    head = lines[0].lstrip("#").split()
+    if "POWER" not in head:
+        raise ConfigFileError(shown, "is a dcgmi dmon dump without a POWER column; record it with dcgmi dmon -e 155")
+    col = head.index("POWER")  # rows: "GPU 0  123.4 ...": the entity takes two tokens, the header one
+    out: list[tuple[datetime | None, float]] = []
+    for n, ln in enumerate(lines[1:], start=2):
+        parts = ln.split()
+        if ln.lstrip().startswith(("#", "ID")) or len(parts) < col + 2 or parts[0] != "GPU":
+            continue
+        cell = parts[col + 1]
+        if cell in ("N/A", "-"):
+            continue
+        if not _NUMBER.fullmatch(cell):
+            raise ConfigFileError(shown, f"line {n}: POWER = {cell!r:.40} is not a number of watts")
+        out.append((None, float(cell)))
+    return out
+
+
+def window_power(samples: list[tuple[datetime | None, float]], window: tuple[datetime, datetime] | None,
+                 shown: str) -> tuple[float, int, bool]:
+    """Mean watts of the samples inside ``window`` (all samples without one); (mean, count, windowed)."""
+    timed = [(t, w) for t, w in samples if t is not None]
+    if window is not None and timed:
+        inside = [w for t, w in timed if window[0] <= t <= window[1]]
+        if not inside:
+            raise ConfigFileError(shown, f"has no power sample between {window[0]:%Y-%m-%d %H:%M:%S} and "
+                                         f"{window[1]:%H:%M:%S}, the benchmark's window; log power while it runs "
+                                         "(both clocks in local time)")
+        return float(np.mean(inside)), len(inside), True
+    return float(np.mean([w for _, w in samples])), len(samples), False
+
+
+def bench_row(bench_path: str, power_path: str | None, gpu: str, llm: str | None = None,
+              tp: int = 1) -> tuple[dict[str, str], str]:
+    """One runs-CSV row (cells as text) from a vllm bench JSON and a power log, and a note of what it used."""
+    bench = read_vllm_bench(bench_path)
+    model = llm or bench.get("model_id")
+    if not isinstance(model, str) or not model.strip():
+        raise ConfigFileError(str(bench_path), "has no model_id; pass --llm")
+    done = float(bench["completed"])
+    row = {"llm": model.strip(), "gpu": gpu, "engine": "vllm", "tp": str(tp),
+           "input_tokens": str(max(1, round(float(bench["total_input_tokens"]) / done))),
+           "output_tokens": str(max(1, round(float(bench["total_output_tokens"]) / done))),
+           "num_requests": str(int(done))}
+    rate, conc = bench.get("request_rate"), bench.get("max_concurrency")
+    if isinstance(rate, (int, float)) and not isinstance(rate, bool) and math.isfinite(rate) and rate > 0:
+        row.update(kind="server", qps=repr(float(rate)))
+        if isinstance(conc, (int, float)) and not isinstance(conc, bool) and conc >= 1:
+            row["max_batch"] = str(int(conc))
+    elif isinstance(conc, (int, float)) and not isinstance(conc, bool) and conc >= 1:
+        row.update(kind="closed_loop", concurrency=repr(float(conc)))
+    else:
+        row["kind"] = "offline"
+    itl_key = next(k for k in ("mean_tpot_ms", "mean_itl_ms", "median_itl_ms") if k in bench)
+    row["itl_stat"] = "median" if itl_key == "median_itl_ms" else "mean"
+    row["itl_s"] = repr(float(bench[itl_key]) / 1e3)
+    if "mean_ttft_ms" in bench:
+        row["ttft_s"] = repr(float(bench["mean_ttft_ms"]) / 1e3)
+    note = f"{bench_path}: {row['kind']} run of {row['llm']}, ITL from {itl_key}"
+    if power_path is not None:
+        mean_w, n, windowed = window_power(read_power_log(power_path), bench_window(bench), str(power_path))
+        row["power_w"] = repr(mean_w)
+        note += (f"; power {mean_w:.1f} W = mean of {n} samples of {power_path} "
+                 + ("inside the benchmark's window" if windowed else "(whole log: no timestamps or no date in the JSON)"))
+    return row, note
+
+
+def rows_of(bench_rows: list[dict[str, str]]) -> Iterator[tuple[int, dict[str, str], str | None]]:
+    """Benchmark rows as the CSV reader's ``(line, cells, problem)`` (line = the benchmark's position)."""
+    for i, row in enumerate(bench_rows, start=1):
+        yield i, row, None

@@ -1,0 +1,44 @@
+"""The k-shot calibration scoreboard (wattgpu_train.kshot): the fixed choice of runs, and the CLI."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from click.testing import CliRunner
+
+from wattgpu_train.cli import main
+from wattgpu_train.kshot import calibration_rows, markdown
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_runs_are_the_first_k_of_the_groups_most_measured_llm():
+    rec = pd.DataFrame({"llm": ["b", "a", "a", "b", "a", "c"],
+                        "row_id": ["s:5", "s:9", "s:2", "s:1", "s:3", "s:0"]})
+    idx = np.arange(len(rec))
+    assert calibration_rows(rec, idx, 2).tolist() == [2, 4]  # "a" (3 rows) beats "b" (2); s:2, s:3
+    assert calibration_rows(rec, idx, 10).tolist() == [2, 4, 1]  # all of them when fewer than k
+    tie = pd.DataFrame({"llm": ["y", "x"], "row_id": ["s:0", "s:1"]})
+    assert calibration_rows(tie, np.arange(2), 1).tolist() == [1]  # ties by name
+
+
+def test_cli_kshot_only_writes_the_scoreboard(tmp_path):
+    res = CliRunner().invoke(main, ["evaluate", "--kshot-only", "--quick", "--out", str(tmp_path),
+                                    "--data-dir", str(REPO / "data"), "--specs", str(REPO / "specs.json")])
+    assert res.exit_code == 0, res.output
+    r = json.loads((tmp_path / "calibration.json").read_text())
+    assert not (tmp_path / "accuracy.json").exists()
+    for target in ("power", "itl"):
+        for split in ("logo", "loso"):
+            groups = r[target][split]["groups"]
+            assert groups
+            for g in groups.values():
+                for k in ("1", "3", "10"):
+                    v = g[k]
+                    assert v["k_used"] == min(int(k), v["k_used"]) and v["k_used"] + v["all"]["rest"] == g["rows"]
+                    assert v["same_source"]["rest"] <= v["all"]["rest"]
+            assert set(r[target][split]["summary"]["all"]) == {"1", "3", "10"}
+    md = (tmp_path / "calibration.md").read_text()
+    assert md == markdown(r) and "| LOGO | power | all | 3 |" in md

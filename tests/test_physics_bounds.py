@@ -111,3 +111,19 @@ def test_server_rows_respect_the_floor_and_print_the_roofline_at_their_batch(pre
             offline = pred.predict(g, llm).baselines["roofline_itl_s"]
             assert floor <= offline * (1 + REL)  # at the server's (smaller) batch, not the offline cap
             assert p.idle_power_w is None or p.idle_power_w <= p.power_w <= g.tdp_w
+
+
+def test_intervals_stay_inside_the_physical_range(pred: Predictor) -> None:
+    cat = pred.catalog
+    llm = cat.llm("meta-llama/Llama-3.1-8B-Instruct")
+    for g in cat.gpus[::3]:
+        for b in (1, 64):
+            try:
+                p = pred.predict(g, llm, Workload(max_batch=b))
+            except Exception:  # noqa: BLE001 - a GPU too small for the model
+                continue
+            assert p.itl_intervals and p.power_intervals
+            for iv in p.itl_intervals:
+                assert p.baselines["roofline_itl_s"] * (1 - REL) <= iv.low <= p.itl_s <= iv.high
+            for iv in p.power_intervals:
+                assert iv.low <= p.power_w <= iv.high <= g.tdp_w

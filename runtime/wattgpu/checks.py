@@ -194,8 +194,9 @@ def capacity_warnings(gpu: GpuSpec, wl: Workload, overloaded: bool, max_qps: flo
 
 
 def intervals(factors: tuple[tuple[float, float, float], ...], value: float,
-              cap: float | None = None) -> tuple[Interval, ...]:
-    """Multiplicative intervals around ``value`` (the high end capped at ``cap`` when given)."""
-    if cap is None:
-        return tuple([Interval(level, value * lo, value * hi) for level, lo, hi in factors])
-    return tuple([Interval(level, value * lo, min(value * hi, cap)) for level, lo, hi in factors])
+              cap: float | None = None, floor: float | None = None) -> tuple[Interval, ...]:
+    """Multiplicative intervals around ``value``, inside the physical range: the high end at most ``cap``
+    (TDP), the low end at least ``floor`` (idle power; the roofline step for ITL) when given."""
+    hi_max = math.inf if cap is None else cap
+    lo_min = -math.inf if floor is None else floor
+    return tuple([Interval(level, max(value * lo, lo_min), min(value * hi, hi_max)) for level, lo, hi in factors])

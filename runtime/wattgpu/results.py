@@ -20,7 +20,7 @@ from .server import server_mix
 from .targets import ITL, POWER
 from .workload import KINDS
 
-ROW_COLUMNS = ("fit_batch", "roofline_itl_s", "comm_s")  # the feature columns prediction() reads
+ROW_COLUMNS = ("fit_batch", "roofline_itl_s", "comm_s", "idle_power_w")  # the feature columns prediction() reads
 SERVER_CODE = float(KINDS.index("server"))  # wl_kind_code of a Poisson-server row
 OFFLINE_CODE = float(KINDS.index("offline"))
 TABLE_FIELDS = ("power_w", "itl_s", "system_s_per_token", "throughput_tok_s", "energy_per_token_j",
@@ -151,8 +151,10 @@ def prediction(bundle: ModelBundle, i: int, row: Row, cols: F.Columns, numbers: 
         energy_per_request_j=float(numbers["energy_per_request_j"][i]), effective_batch=batch,
         busy_fraction=float(numbers["busy_fraction"][i]), power_method=method, idle_power_w=idle_w,
         idle_power_source=idle_src,
-        power_intervals=intervals(factors.get(POWER, ()), power, cap=gpu.tdp_w),
-        itl_intervals=intervals(factors.get(ITL, ()), itl), baselines=baselines,
+        power_intervals=intervals(factors.get(POWER, ()), power, cap=gpu.tdp_w,
+                                  floor=min(power, float(cols["idle_power_w"][i]))),
+        itl_intervals=intervals(factors.get(ITL, ()), itl, floor=min(itl, baselines["roofline_itl_s"])),
+        baselines=baselines,
         warnings=tuple(warnings), max_qps=max_qps, utilization=float(numbers["utilization"][i]),
         max_concurrency=max_conc, overloaded=overloaded,
         tp=wl.tp, allreduce_s_per_step=float(cols["comm_s"][i]), calibration=calibrated)

@@ -159,7 +159,8 @@ _MODELOPT = {
 def _modelopt(q: Mapping[str, Any], base: str, entity: str) -> Quantisation:
     """NVIDIA ModelOpt: ``quantization_config`` with ``quant_algo`` (config.json), or the ``quantization``
     block of ``hf_quant_config.json``."""
-    inner = q.get("quantization") if isinstance(q.get("quantization"), Mapping) else q
+    block = q.get("quantization")
+    inner: Mapping[str, Any] = block if isinstance(block, Mapping) else q
     algo = inner.get("quant_algo")
     key = str(algo).strip().upper() if isinstance(algo, str) else None
     if key not in _MODELOPT:

@@ -36,7 +36,7 @@ def test_every_gpu_and_llm_of_the_tables_is_in_the_catalog(specs: dict) -> None:
         llm_names = [r["hf_id"] for r in csv.DictReader(f)]
     with open(REPO / "data/paper/model_features.csv", newline="") as f:
         paper = [r["model_name"] for r in csv.DictReader(f, delimiter=";")]
-    assert len(gpu_names) == 53  # 52 shared + RTX 4000 Ada (llmperf_techgrandpa)
+    assert len(gpu_names) == 55  # 52 shared + RTX 4000 Ada (llmperf_techgrandpa) + RTX 5060 Ti, 5070 Ti (holtmann)
     assert [g["name"] for g in specs["gpus"]] == gpu_names
     assert {m["name"] for m in specs["llms"]} == set(llm_names) | set(paper)
     assert all(g["spec"]["source"] and g["facts"].get("sources") for g in specs["gpus"])
@@ -156,4 +156,55 @@ def test_llm_lookup_and_unsupported() -> None:
 
 def test_catalog_round_trips_through_json(specs: dict) -> None:
     cat = Catalog.from_json(specs)
-    assert len(cat.gpus) == 53 and len(cat.llms) + len(cat.unsupported_llms) == len(specs["llms"])
+    assert len(cat.gpus) == 55 and len(cat.llms) + len(cat.unsupported_llms) == len(specs["llms"])
+
+
+def test_new_consumer_blackwell_gpus_fp4_column_and_idle_rows() -> None:
+    """RTX 5060 Ti / 5070 Ti rows with sources and their FP4 rate; every Blackwell row has an FP4 rate (and
+    nothing older does); GeForce FP16 is the FP32-accumulate rate; measured loaded idle powers are in."""
+    import csv
+
+    with open(REPO / "data/catalog/gpu_specs.csv", newline="", encoding="utf-8") as f:
+        rows = {r["name"]: r for r in csv.DictReader(f)}
+    for name, fp4, tdp, bw in (("NVIDIA GeForce RTX 5060 Ti", 379.3, 180, 448), ("NVIDIA GeForce RTX 5070 Ti", 703.0, 300, 896)):
+        r = rows[name]
+        assert float(r["fp4_tensor_tflops_dense"]) == fp4 and float(r["tdp_w"]) == tdp
+        assert float(r["memory_bandwidth_gb_s"]) == bw and float(r["memory_size_gb"]) == 16
+        assert "nvidia.com" in r["sources"] and "techpowerup.com" in r["sources"] and "AI TOPS" in r["notes"]
+        # 2 x dense FP4 = NVIDIA's sparse "AI TOPS" (759 and 1406)
+        assert round(2 * fp4) in (759, 1406)
+    for r in rows.values():
+        has_fp4 = bool(r["fp4_tensor_tflops_dense"])
+        assert has_fp4 == r["architecture"].startswith("Blackwell"), r["name"]
+        if has_fp4:
+            assert "FP4 dense" in r["notes"], r["name"]
+        if "GeForce" in r["name"]:  # FP32 accumulate = half the FP16-accumulate rate the notes give
+            assert "FP32 acc" in r["notes"] or "FP32 accumulate" in r["notes"], r["name"]
+    cat = Catalog.from_json(json.loads((REPO / "specs.json").read_text(encoding="utf-8")))
+    assert cat.gpu("NVIDIA GeForce RTX 5070 Ti").fp4_tflops == 703.0
+    assert cat.gpu("NVIDIA H100 SXM5 80GB").fp4_tflops is None
+    for name, idle in (("NVIDIA GeForce RTX 5060 Ti", 23.6), ("NVIDIA GeForce RTX 5070 Ti", 31.6),
+                       ("NVIDIA GeForce RTX 5090", 49.0)):
+        g = cat.gpu(name)
+        assert g.idle_power_w == idle and "hholtmann/llm-consumer-gpu-benchmark" in (g.idle_power_source or "")
+        assert g.max_group == 8 and g.nvlink_group == 0  # TP over PCIe
+
+
+def test_holtmann_checkpoints_are_catalog_llms_with_sources() -> None:
+    cat = Catalog.from_json(json.loads((REPO / "specs.json").read_text(encoding="utf-8")))
+    doc = {m["name"]: m for m in json.loads((REPO / "specs.json").read_text(encoding="utf-8"))["llms"]}
+    expect = {"nvidia/Qwen3-8B-NVFP4": ("nvfp4", "fp4"), "holtmann/gemma-3-12b-it-NVFP4": ("nvfp4", "fp4"),
+              "holtmann/gemma-3-27b-it-NVFP4": ("nvfp4", "fp4"),
+              "RedHatAI/gemma-3-12b-it-quantized.w4a16": ("int4", "bfloat16"),
+              "RedHatAI/gemma-3-27b-it-quantized.w4a16": ("int4", "bfloat16"),
+              "openai/gpt-oss-20b": ("mxfp4", "bfloat16"), "Qwen/Qwen3-8B": ("bfloat16", "bfloat16")}
+    for name, (precision, compute) in expect.items():
+        m = cat.llm(name)
+        assert m.precision == precision, name
+        # 16-bit matmuls are labelled float16 where the table records no torch_dtype (gpt-oss-20b)
+        assert m.compute_dtype == compute or {m.compute_dtype, compute} == {"float16", "bfloat16"}, name
+        assert 0.5 < m.weight_bytes_per_param < 0.8 or precision == "bfloat16", name
+        assert doc[name]["facts"]["source"], name
+    for name in list(expect)[:5]:
+        assert "derived: base model" in doc[name]["facts"]["source"]
+        assert "holtmann" in doc[name]["facts"]["source"]

@@ -40,7 +40,7 @@ def test_table_output_and_listing_commands() -> None:
     res = run_cli("predict", "--llm", LLAMA, "--gpu", "a30")
     assert res.returncode == 0 and "mean power" in res.stdout and "ITL" in res.stdout
     gpus = run_cli("gpus", "--json")
-    assert gpus.returncode == 0 and len(json.loads(gpus.stdout)) == 53
+    assert gpus.returncode == 0 and len(json.loads(gpus.stdout)) == 55
     llms = run_cli("llms")
     assert llms.returncode == 0 and LLAMA in llms.stdout
 

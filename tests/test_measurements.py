@@ -14,6 +14,7 @@ from wattgpu_train.measurements import (
     MeasurementDataError,
     exclusion_report,
     load_measurements,
+    read_source_rows,
 )
 from wattgpu_train.records import RECORD_COLUMNS
 
@@ -28,7 +29,7 @@ def records() -> pd.DataFrame:
 
 @pytest.fixture(scope="module")
 def raw() -> dict[str, pd.DataFrame]:
-    return {s: pd.read_csv(DATA / s / "rows.csv", low_memory=False) for s in SOURCES}
+    return {s: read_source_rows(DATA, s) for s in SOURCES}
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +116,8 @@ def test_tensor_parallel_rows_kept_only_as_one_tp_group(raw):
     rep = exclusion_report(DATA, single_gpu_only=False)
     assert rep.loc["not_tensor_parallel", "mlenergy_v2"] == (v2["pipeline_parallel"] > 1).sum()
     assert rep.loc["not_tensor_parallel", "mlenergy_v3"] == (v3["num_gpus"] != v3["tensor_parallel"]).sum()
-    assert (every["x_num_gpus"] > 1).sum() == 379  # 188 with power (ML.ENERGY), 379 with ITL (+ LLM-Pilot)
+    # 188 with power (ML.ENERGY) + 26 (holtmann), 379 with ITL (+ LLM-Pilot) + 35 (holtmann)
+    assert (every["x_num_gpus"] > 1).sum() == 414
 
 
 def test_only_decoder_llms(records):
@@ -213,3 +215,28 @@ def test_copied_files_present():
         assert (DATA / s / "README.md").read_text().startswith("> Copied from the shared data folder")
         assert not (DATA / s / "raw").exists()
     assert (DATA / "llm_pilot" / "LICENSE-DATA.md").is_file()
+
+
+def test_holtmann_consumer_gpu_counts_and_exclusions(raw):
+    """80 runs: 1 without metadata and 3 with an FP8 KV cache dropped; 76 kept (62 with power, all with ITL)."""
+    src = raw["holtmann_consumer_gpu"]
+    assert len(src) == 80
+    rep = exclusion_report(DATA, single_gpu_only=False)["holtmann_consumer_gpu"]
+    assert rep["holtmann_no_metadata"] == (src["llm"] == "").sum() == 1
+    assert rep["holtmann_fp8_kv_cache"] == (src["kv_cache_fp8"].astype(str) == "True").sum() == 3
+    assert rep["kept"] == 76
+    every = load_measurements(DATA, sources=["holtmann_consumer_gpu"], single_gpu_only=False)
+    assert every["power_w"].notna().sum() == 62 and every["itl_s"].notna().sum() == 76
+    assert set(every["gpu"]) == {"NVIDIA GeForce RTX 5060 Ti", "NVIDIA GeForce RTX 5070 Ti", "NVIDIA GeForce RTX 5090"}
+    assert every.groupby("x_tp").size().to_dict() == {1: 41, 2: 35}
+    assert (every["kind"] == "closed_loop").all() and (every["engine_era"] == "current").all()
+    assert (every["itl_statistic"] == "mean").all()
+    kept = _raw_of(every, raw, "holtmann_consumer_gpu")
+    np.testing.assert_allclose(every["itl_s"], kept["itl_s"])  # the mean, not itl_p50_s
+    np.testing.assert_allclose(every["concurrency"], kept["concurrency"])
+    np.testing.assert_allclose(every["x_ttft_mean_s"], kept["ttft_mean_s"])
+    with_power = kept["power_w"].notna().to_numpy()
+    np.testing.assert_allclose(every["power_w"].to_numpy()[with_power], kept["power_w"].to_numpy()[with_power])
+    assert every["power_w"].isna().sum() == 14  # telemetry missing: latency kept, power NaN
+    single = load_measurements(DATA, sources=["holtmann_consumer_gpu"])
+    assert len(single) == 41 and (single["x_tp"] == 1).all()

@@ -25,15 +25,15 @@ def _cols(gpu: str, llm: str, **wl: object) -> F.Columns:
 
 def test_per_gpu_memory_by_hand():
     c = _cols(H100, LLAMA70, tp=4)
-    # weights: 70.554e9 params × 2 bytes / 4 GPUs
-    assert c["weights_bytes"][0] == pytest.approx(70.554e9 * 2 / 4)
+    # weights: 70.553706e9 params (counted from its config.json) × 2 bytes / 4 GPUs
+    assert c["weights_bytes"][0] == pytest.approx(70.553706e9 * 2 / 4)
     # KV per token per GPU: K and V × 80 layers × (8 KV heads / 4) × 128 × 2 bytes = 81 920 B
     assert c["kv_per_token"][0] == pytest.approx(2 * 80 * 2 * 128 * 2)
     # more GPUs than KV heads: each GPU keeps one (replicated) KV head of 8, not 8/16
     c16 = F.columns([(default_catalog().gpu("GB200"), default_catalog().llm(LLAMA70), Workload(tp=16))])
     assert c16["kv_per_token"][0] == pytest.approx(2 * 80 * 1 * 128 * 2)
     # KV budget per GPU: 80 GB × 0.9 − weights − 5 % reserve (a GPU's memory "GB" is binary: 2**30 bytes)
-    assert c["kv_budget"][0] == pytest.approx(80 * 2**30 * 0.9 - 70.554e9 * 2 / 4 - 0.05 * 80 * 2**30)
+    assert c["kv_budget"][0] == pytest.approx(80 * 2**30 * 0.9 - 70.553706e9 * 2 / 4 - 0.05 * 80 * 2**30)
 
 
 def test_allreduce_bytes_and_time_by_hand():

@@ -19,6 +19,15 @@ CT_FP8 = {"quant_method": "compressed-tensors", "format": "float-quantized",
                                         "input_activations": {"num_bits": 8, "type": "float"}}}}
 CT_W4A16 = {"quant_method": "compressed-tensors", "format": "pack-quantized",
             "config_groups": {"group_0": {"weights": {"num_bits": 4, "type": "int", "group_size": 128}}}}
+CT_NVFP4 = {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized", "ignore": ["lm_head"],
+            "config_groups": {"group_0": {"targets": ["Linear"],
+                                          "weights": {"num_bits": 4, "type": "float", "group_size": 16},
+                                          "input_activations": {"num_bits": 4, "type": "float", "group_size": 16}}}}
+CT_NVFP4A16 = {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized", "ignore": ["lm_head"],
+               "config_groups": {"group_0": {"targets": ["Linear"],
+                                             "weights": {"num_bits": 4, "type": "float", "group_size": 16}}}}
+# ModelOpt's config.json form (quant_method modelopt + quant_algo), as NVIDIA's NVFP4 checkpoints write it
+MODELOPT_NVFP4 = {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16, "exclude_modules": ["lm_head"]}
 CT_W8A8_INT = {"quant_method": "compressed-tensors", "format": "int-quantized",
                "config_groups": {"group_0": {"weights": {"num_bits": 8, "type": "int"},
                                              "input_activations": {"num_bits": 8, "type": "int"}}}}
@@ -28,14 +37,22 @@ CT_W8A8_INT = {"quant_method": "compressed-tensors", "format": "int-quantized",
     ({"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}, "fp8", 1.0, "fp8"),
     ({"quant_method": "fbgemm_fp8"}, "fp8", 1.0, "fp8"),
     (CT_FP8, "fp8", 1.0, "fp8"),
-    (CT_W4A16, "int4", 0.55, "bfloat16"),
+    (CT_W4A16, "int4", 0.5 + 2 / 128, "bfloat16"),  # 4 bits + a 16-bit scale per group of 128
     (CT_W8A8_INT, "int8", 1.0, "int8"),
-    ({"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemm"}, "int4", 0.55, "bfloat16"),
-    ({"quant_method": "gptq", "bits": 4, "group_size": 128}, "int4", 0.55, "bfloat16"),
+    # AWQ stores a 4-bit zero point per group too (zero_point defaults to true)
+    ({"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemm"}, "int4", 0.5 + 2.5 / 128, "bfloat16"),
+    ({"quant_method": "gptq", "bits": 4, "group_size": 128}, "int4", 0.5 + 2 / 128, "bfloat16"),
     ({"quant_method": "gptq", "bits": 8, "group_size": 128}, "int8", 1.0, "bfloat16"),
     ({"quant_method": "bitsandbytes", "load_in_8bit": True}, "int8", 1.0, "bfloat16"),
-    ({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"}, "int4", 0.55, "bfloat16"),
-    ({"quant_method": "mxfp4"}, "mxfp4", 0.55, "bfloat16"),
+    ({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"}, "int4", 0.5 + 4 / 64,
+     "bfloat16"),
+    ({"quant_method": "mxfp4"}, "mxfp4", 4.25 / 8, "bfloat16"),
+    (MODELOPT_NVFP4, "nvfp4", 4.5 / 8, "fp4"),  # E2M1 + one FP8 E4M3 scale per 16 weights
+    ({"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "NVFP4", "group_size": 16}}, "nvfp4", 4.5 / 8,
+     "fp4"),  # the hf_quant_config.json form
+    ({"quant_method": "modelopt", "quant_algo": "FP8"}, "fp8", 1.0, "fp8"),
+    (CT_NVFP4, "nvfp4", 4.5 / 8, "fp4"),
+    (CT_NVFP4A16, "nvfp4", 4.5 / 8, "bfloat16"),  # 4-bit float weights, 16-bit activations: weight-only
 ])
 def test_quantization_config(q, precision, nbytes, compute) -> None:
     got = parse_quantization(q, "bfloat16", 2.0, "LLM 'x'")
@@ -54,7 +71,13 @@ def test_config_json_quantisation_reaches_the_spec() -> None:
             "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256, "torch_dtype": "bfloat16"}
     awq = llm_from_hf_config({**base, "quantization_config": {"quant_method": "awq", "bits": 4}}, "awq-8b")
     fp8 = llm_from_hf_config({**base, "quantization_config": CT_FP8}, "fp8-8b")
-    assert (awq.precision, awq.weight_bytes_per_param, awq.compute_dtype, awq.quantized) == ("int4", 0.55, "bfloat16", True)
+    assert (awq.precision, awq.compute_dtype, awq.quantized) == ("int4", "bfloat16", True)
+    # quantised linear layers at 4 bits + scales and zeros per 128; the untied embedding and LM head (2 x
+    # 128256 x 4096) and the norms stay 16-bit
+    embed, norms = 2 * 128256 * 4096, (2 * 32 + 1) * 4096
+    total = awq.total_params_b * 1e9
+    expected = ((total - embed - norms) * (0.5 + 2.5 / 128) + (embed + norms) * 2.0) / total
+    assert awq.weight_bytes_per_param == pytest.approx(expected, abs=1e-4)
     assert (fp8.precision, fp8.weight_bytes_per_param, fp8.compute_dtype) == ("fp8", 1.0, "fp8")
 
 
@@ -112,7 +135,7 @@ def test_dtype_override_and_errors() -> None:
     llm = default_catalog().llm("meta-llama/Llama-3.1-8B-Instruct")
     assert with_dtype(llm, "auto") is llm and with_dtype(llm, None) is llm
     q = with_dtype(llm, "int4")
-    assert (q.weight_bytes_per_param, q.compute_dtype, q.quantized) == (0.55, "bfloat16", True)
+    assert (q.weight_bytes_per_param, q.compute_dtype, q.quantized) == (0.55, "bfloat16", True)  # flat --dtype figure
     with pytest.raises(WattGPUError, match="dtype"):
         with_dtype(llm, "int3")
     r = CliRunner().invoke(main, ["predict", "--llm", llm.name, "--gpu", "H100 SXM", "--dtype", "fp8", "--json"])
@@ -120,3 +143,96 @@ def test_dtype_override_and_errors() -> None:
     assert any("quantised" in w for w in json.loads(r.stdout)["warnings"])
     r = CliRunner().invoke(main, ["predict", "--llm", llm.name, "--gpu", "H100 SXM", "--dtype", "fp6"])
     assert r.exit_code == 2 and "dtype" in r.output and len(r.output.strip().splitlines()) == 1
+
+
+# ---- NVFP4 / ModelOpt / W4A16 on real configs, and the FP4 tensor rate
+FIXTURES = __import__("pathlib").Path(__file__).parent / "fixtures" / "hf_configs"
+
+
+def _qwen3_8b() -> dict:
+    return json.loads((FIXTURES / "Qwen--Qwen3-8B.json").read_text(encoding="utf-8"))
+
+
+def _split_bytes(spec, per_quantised: float) -> float:
+    """Whole-model bytes/param of Qwen3-8B with quantised linear layers: untied embedding + LM head
+    (2 x 151936 x 4096) and the norms (36 layers x (2 + q/k norms) + final) stay 16-bit."""
+    embed = 2 * 151936 * 4096
+    norms = 36 * 2 * 4096 + 4096
+    total = spec.total_params_b * 1e9
+    return ((total - embed - norms) * per_quantised + (embed + norms) * 2.0) / total
+
+
+@pytest.mark.parametrize("q,precision,per_weight,compute", [
+    (MODELOPT_NVFP4, "nvfp4", 0.5625, "fp4"),
+    (CT_NVFP4, "nvfp4", 0.5625, "fp4"),
+    (CT_W4A16, "int4", 0.5 + 2 / 128, "bfloat16"),
+])
+def test_4bit_checkpoints_of_a_real_config(q, precision, per_weight, compute) -> None:
+    """Qwen3-8B's own config.json with the quantization block each format writes: 4-bit linear layers,
+    16-bit embeddings / LM head / norms (nvidia/Qwen3-8B-NVFP4 excludes lm_head)."""
+    spec = llm_from_hf_config({**_qwen3_8b(), "quantization_config": q}, "qwen3-8b-4bit")
+    assert (spec.precision, spec.compute_dtype, spec.quantized) == (precision, compute, True)
+    assert spec.weight_bytes_per_param == pytest.approx(_split_bytes(spec, per_weight), abs=1e-4)
+    assert 5.5 < spec.total_params_b * spec.weight_bytes_per_param < 6.6  # GB: a ~6 GB checkpoint, not 16 GB
+
+
+def test_modelopt_fp8_and_hf_quant_config_file(tmp_path) -> None:
+    """ModelOpt FP8 reads as 1 byte/param (it read 2.0 before); hf_quant_config.json beside config.json counts."""
+    fp8 = llm_from_hf_config({**_qwen3_8b(), "quantization_config": {"quant_method": "modelopt", "quant_algo": "FP8"}},
+                             "q-fp8")
+    assert (fp8.weight_bytes_per_param, fp8.compute_dtype, fp8.precision) == (1.0, "fp8", "fp8")
+    from wattgpu.hfconfig import load_llm_file
+
+    (tmp_path / "config.json").write_text(json.dumps(_qwen3_8b()), encoding="utf-8")
+    (tmp_path / "hf_quant_config.json").write_text(json.dumps(
+        {"producer": {"name": "modelopt", "version": "0.29.0"},
+         "quantization": {"quant_algo": "NVFP4", "group_size": 16, "exclude_modules": ["lm_head"]}}), encoding="utf-8")
+    nv = load_llm_file(tmp_path)
+    assert (nv.precision, nv.compute_dtype) == ("nvfp4", "fp4")
+    assert nv.weight_bytes_per_param == pytest.approx(_split_bytes(nv, 0.5625), abs=1e-4)
+
+
+def test_unknown_modelopt_algorithm_is_named() -> None:
+    with pytest.raises(SpecValidationError, match="quant_algo"):
+        parse_quantization({"quant_method": "modelopt", "quant_algo": "INT2_MAGIC"}, "bfloat16", 2.0, "LLM 'x'")
+
+
+def test_excluded_attention_stays_16_bit() -> None:
+    cfg = _qwen3_8b()
+    plain = llm_from_hf_config({**cfg, "quantization_config": MODELOPT_NVFP4}, "a")
+    no_attn = llm_from_hf_config({**cfg, "quantization_config": {**MODELOPT_NVFP4,
+                                                                  "exclude_modules": ["lm_head", "*self_attn*"]}}, "b")
+    assert no_attn.weight_bytes_per_param > plain.weight_bytes_per_param
+
+
+def test_fp4_rate_only_where_the_gpu_has_fp4_tensor_cores() -> None:
+    from wattgpu import physics
+
+    cat = default_catalog()
+    nvfp4 = cat.llm("nvidia/Qwen3-8B-NVFP4")
+    bf16 = cat.llm("Qwen/Qwen3-8B")
+    fp8 = cat.llm("meta-llama/Llama-3.1-405B-Instruct-FP8")
+    w4a16 = cat.llm("RedHatAI/gemma-3-12b-it-quantized.w4a16")
+    assert nvfp4.compute_dtype == "fp4" and w4a16.compute_dtype == "bfloat16"
+    with_fp4 = [g for g in cat.gpus if g.fp4_tflops is not None]
+    assert {"NVIDIA GeForce RTX 5090", "NVIDIA GeForce RTX 5060 Ti", "NVIDIA B200 (HGX/DGX B200)"} <= {g.name for g in with_fp4}
+    for g in cat.gpus:
+        assert physics.compute_tflops(g, bf16) == g.fp16_tflops  # 16-bit models: unchanged
+        assert physics.compute_tflops(g, w4a16) == g.fp16_tflops  # weight-only
+        assert physics.compute_tflops(g, nvfp4) == (g.fp4_tflops if g.fp4_tflops is not None else g.fp16_tflops)
+        assert physics.compute_tflops(g, fp8) == (g.fp8_tflops if g.fp8_tflops is not None else g.fp16_tflops)
+        assert (g.fp4_tflops is not None) == g.architecture.startswith("Blackwell"), g.name
+    # the vectorised form the features use agrees with the scalar helper
+    rows = [(g, m, Workload()) for g in cat.gpus for m in (nvfp4, bf16, fp8)]
+    cols = F.columns(rows)
+    want = [physics.compute_tflops(g, m) for g, m, _ in rows]
+    assert list(cols["compute_tflops"]) == pytest.approx(want, rel=1e-12)
+
+
+def test_nvfp4_on_hopper_is_weight_only_and_says_so() -> None:
+    from wattgpu.predictor import Predictor
+
+    pred = Predictor()
+    h100 = pred.catalog.gpu("NVIDIA H100 SXM5 80GB")
+    p = pred.predict(h100, pred.catalog.llm("nvidia/Qwen3-8B-NVFP4"))
+    assert any("no FP4 tensor cores" in w and "weight-only" in w for w in p.warnings)

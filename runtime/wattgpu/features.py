@@ -59,13 +59,14 @@ _WL_FIELDS = ("max_batch", "input_tokens", "output_tokens", "gpu_memory_utilizat
 
 def _gpu_values(g: GpuSpec) -> tuple[float, ...]:
     return (*(float(getattr(g, f)) for f in _GPU_FIELDS), _opt(g.base_clock_mhz), _opt(g.boost_clock_mhz),
-            _opt(g.transistors_million), _code(MEMORY_TYPE_ORDER, g.memory_type), _opt(g.fp8_tflops))
+            _opt(g.transistors_million), _code(MEMORY_TYPE_ORDER, g.memory_type), _opt(g.fp8_tflops),
+            _opt(g.fp4_tflops))
 
 
 def _llm_values(m: LlmSpec) -> tuple[float, ...]:
     return (*(float(getattr(m, f)) for f in _LLM_FIELDS), _code(MODEL_TYPES, m.model_type),
             float(m.kv_lora_rank), float(m.qk_rope_head_dim), _opt(m.sliding_window), _opt(m.sliding_window_layers),
-            float(m.compute_dtype == "fp8"))
+            float(m.compute_dtype == "fp8"), float(m.compute_dtype == "fp4"))
 
 
 def _wl_values(w: Workload) -> tuple[float, ...]:
@@ -77,9 +78,9 @@ def _wl_values(w: Workload) -> tuple[float, ...]:
 
 # Raw column names, in the order the ``_*_values`` functions above return them.
 _GPU_KEYS = (*("gpu_" + f for f in _GPU_FIELDS), "gpu_base_clock_mhz", "gpu_boost_clock_mhz",
-             "gpu_transistors_million", "gpu_memory_type_code", "gpu_fp8_tflops")
+             "gpu_transistors_million", "gpu_memory_type_code", "gpu_fp8_tflops", "gpu_fp4_tflops")
 _LLM_KEYS = (*("llm_" + f for f in _LLM_FIELDS), "llm_model_type_code", "llm_kv_lora_rank", "llm_qk_rope_head_dim",
-             "llm_sliding_window", "llm_sliding_window_layers", "llm_fp8_compute")
+             "llm_sliding_window", "llm_sliding_window_layers", "llm_fp8_compute", "llm_fp4_compute")
 _WL_KEYS = (*("wl_" + f for f in _WL_FIELDS), "wl_kind_code", "wl_engine_code", "wl_scenario_code", "wl_qps",
             "wl_concurrency", "wl_num_requests", "wl_kv_element_bytes", "wl_engine_era_code", "wl_itl_stat_code")
 
@@ -204,10 +205,10 @@ def derive(c: Columns) -> Columns:
     # are retrained so the training rows' features do not move.
     c["fit_sequences"] = physics.max_batch_that_fits(c["kv_budget"], c["kv_per_sequence"], 1.0)
     c["fit_batch"] = physics.max_batch_that_fits(c["kv_budget"], c["kv_per_token"], c["context_tokens"])
-    # Matmul peak: the FP8 tensor rate for FP8 (W8A8) models on GPUs that have one, else the 16-bit rate
-    # (GPUs without FP8 tensor cores dequantise FP8 weights to 16 bits: weight-only).
-    c["compute_tflops"] = ops.where((c["llm_fp8_compute"] > 0) & ops.isfinite(c["gpu_fp8_tflops"]),
-                                   c["gpu_fp8_tflops"], c["gpu_fp16_tflops"])
+    # Matmul peak for the model's matmul precision (physics.matmul_tflops: FP4 / FP8 rate where the GPU
+    # has it, else the 16-bit rate, i.e. weight-only); identical to gpu_fp16_tflops for 16-bit models.
+    c["compute_tflops"] = physics.matmul_tflops(c["gpu_fp16_tflops"], c["gpu_fp8_tflops"], c["gpu_fp4_tflops"],
+                                                c["llm_fp8_compute"], c["llm_fp4_compute"])
     c["eff_batch"] = physics.effective_batch(c["wl_max_batch"], c["wl_concurrency"], c["wl_num_requests"], c["fit_batch"])
     c["mean_context"] = c["wl_input_tokens"] + 0.5 * c["wl_output_tokens"]
     c["step_bytes"] = physics.decode_step_bytes(c["active_weights_bytes"], c["weights_bytes"], c["eff_batch"],
@@ -389,15 +390,16 @@ def _weight_read_s(c: Columns) -> np.ndarray:
     return c["active_weights_bytes"] / (c["gpu_memory_bandwidth_gb_s"] * 1e9)
 
 
-def _fp16_flop_s(c: Columns) -> np.ndarray:
-    """FLOP time of one decode step of the effective batch at the GPU's FP16 peak (s)."""
-    return 2.0 * c["gpu_active_params_b"] * 1e9 * c["eff_batch"] / (c["gpu_fp16_tflops"] * 1e12)
+def _flop_s(c: Columns) -> np.ndarray:
+    """FLOP time of one decode step of the effective batch at the GPU's matmul peak for the model's precision
+    (``compute_tflops``: the FP16 peak for 16-bit and weight-only models) (s)."""
+    return 2.0 * c["gpu_active_params_b"] * 1e9 * c["eff_batch"] / (c["compute_tflops"] * 1e12)
 
 
 @feature("roofline_compute_share", "ratio", "FLOP time / memory time of one decode step (>1: compute-bound)")
 def _cshare(c: Columns) -> np.ndarray:
     t_mem = c["step_bytes"] / (c["gpu_memory_bandwidth_gb_s"] * 1e9)
-    return _fp16_flop_s(c) / t_mem
+    return _flop_s(c) / t_mem
 
 
 @feature("log_roofline_tok_s_per_w", "log(tok/s/W)", "log roofline throughput per watt of TDP")
@@ -423,7 +425,7 @@ def _log_ovh(c: Columns) -> np.ndarray:
 @feature("weights_compute_share", "ratio", "FLOP time of a decode step / time to read the weights once: grows "
          "with the batch, independent of context")
 def _wshare(c: Columns) -> np.ndarray:
-    return _fp16_flop_s(c) / _weight_read_s(c)
+    return _flop_s(c) / _weight_read_s(c)
 
 
 @feature("roofline_duty", "fraction", "roofline step time / (roofline + per-layer engine overhead): busy share of a step")

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 from .errors import SpecValidationError
 from .safeio import read_json_file, resolve_json_path
-from .quant import Quantisation, parse_quantization
+from .quant import ParamSplit, Quantisation, model_bytes_per_param, parse_quantization
 from .specs import LLM_RANGES, LlmSpec, check_number
 
 _MISSING = object()
@@ -248,8 +248,8 @@ def _attention_params(family: str, r: _Reader, h: int, nh: int, nkv: int, hd: in
     return n
 
 
-def _decoder_params(family: str, r: _Reader, g: dict[str, int]) -> tuple[int, int]:
-    """(total, active) parameters of a decoder-only transformer, dense or MoE."""
+def _decoder_params(family: str, r: _Reader, g: dict[str, int]) -> tuple[int, int, ParamSplit]:
+    """(total, active) parameters of a decoder-only transformer, dense or MoE, and where they sit."""
     h, n_layers, nh, nkv, hd, inter, vocab = (g[k] for k in ("h", "layers", "nh", "nkv", "hd", "inter", "vocab"))
     hidden_act = r.str_("hidden_act", ("hidden_act", "hidden_activation", "activation_function"), "").lower()
     if family in _GATED:
@@ -271,7 +271,7 @@ def _decoder_params(family: str, r: _Reader, g: dict[str, int]) -> tuple[int, in
 
     n_exp = g["experts"]
     top_k = g["top_k"]
-    moe_total = moe_active = 0
+    moe_total = moe_active = routed = 0
     if n_exp > 1:
         e_inter = r.int_("moe_intermediate_size", ("moe_intermediate_size",), inter)
         expert = 3 * h * e_inter + (2 * e_inter + h if family == "gpt_oss" else 0)
@@ -292,17 +292,20 @@ def _decoder_params(family: str, r: _Reader, g: dict[str, int]) -> tuple[int, in
         if n_exp > 1 and _moe_layer(i, family, r):
             total += layer + moe_total
             active += layer + moe_active
+            routed += n_exp * expert
         else:
             total += layer + dense_ffn
             active += layer + dense_ffn
-    extra = vocab * h + norm  # embedding + final norm
+    embeddings = vocab * h
     if family in _POS_TABLE:
-        extra += g["positions"] * h
-    if family == "bloom":
-        extra += 2 * h  # word_embeddings_layernorm
+        embeddings += g["positions"] * h
     if not g["tied"]:
-        extra += vocab * h + (vocab if family in ("codegen", "gptj") else 0)
-    return total + extra, active + extra
+        embeddings += vocab * h + (vocab if family in ("codegen", "gptj") else 0)
+    norms = n_layers * norms_per_layer * norm + norm + (2 * h if family == "bloom" else 0)  # + final norm
+    extra = embeddings + norm + (2 * h if family == "bloom" else 0)  # bloom: word_embeddings_layernorm
+    split = ParamSplit(total=float(total + extra), embeddings=float(embeddings), norms=float(norms),
+                       attention=float(n_layers * attn), experts=float(routed))
+    return total + extra, active + extra, split
 
 
 def _t5_params(r: _Reader, g: dict[str, int]) -> int:
@@ -420,6 +423,7 @@ def llm_from_hf_config(config: Mapping[str, Any], name: str, source: str = "user
          "experts": experts, "top_k": top_k, "tied": tied, "positions": positions}
 
     kv_layers = 0
+    split: ParamSplit | None = None
     if is_t5:
         total = active = _t5_params(r, g)
         kv_layers = r.int_("num_decoder_layers", ("num_decoder_layers",), layers, lo=1, hi=1000, unit="layers")
@@ -435,9 +439,12 @@ def llm_from_hf_config(config: Mapping[str, Any], name: str, source: str = "user
         total, active = _hybrid_params(r, g, pattern)
         kv_layers = max(1, pattern.count("*"))
     else:
-        total, active = _decoder_params(family, r, g)
+        total, active, split = _decoder_params(family, r, g)
+    if split is None:  # other architectures: only the embeddings (and an untied head) are told apart
+        split = ParamSplit(total=float(total), embeddings=float(vocab * h * (1 if tied else 2)))
 
     quant = _precision(r)
+    weight_bytes = model_bytes_per_param(quant, split, 2.0)  # unquantised parts are served in 16 bits
     sliding: int | None = None
     if r.cfg.get("use_sliding_window") is not False:
         sw = r.int_("sliding_window", ("sliding_window", "sliding_window_size"), 0,
@@ -459,7 +466,7 @@ def llm_from_hf_config(config: Mapping[str, Any], name: str, source: str = "user
             intermediate_size=inter, head_dim=hd, vocab_size=vocab, model_type=str(model_type),
             arch_class=_arch_class(family, cfg, experts > 1), max_position_embeddings=max_pos,
             tie_word_embeddings=tied, num_experts=experts, experts_per_tok=top_k if experts > 1 else 0,
-            sliding_window=sliding, weight_bytes_per_param=quant.weight_bytes_per_param, precision=quant.precision,
+            sliding_window=sliding, weight_bytes_per_param=weight_bytes, precision=quant.precision,
             quantized=quant.quantized, compute_dtype=quant.compute_dtype, kv_layers=kv_layers, source=source,
             confidence="user", kv_lora_rank=mla_rank, qk_rope_head_dim=mla_rope, sliding_window_layers=sliding_layers,
         )
@@ -470,9 +477,13 @@ def llm_from_hf_config(config: Mapping[str, Any], name: str, source: str = "user
 
 
 def load_llm_file(path: str | os.PathLike[str]) -> LlmSpec:
-    """Read a Hugging Face config.json (or a model directory holding one) into an LlmSpec, offline."""
+    """Read a Hugging Face config.json (or a model directory holding one) into an LlmSpec, offline. A
+    ModelOpt ``hf_quant_config.json`` beside a config.json without ``quantization_config`` is read too."""
     target = resolve_json_path(path, what="LLM config", dir_file="config.json")
     data = read_json_file(target, what="LLM config")
+    modelopt = target.parent / "hf_quant_config.json"  # ModelOpt checkpoints keep their quantisation here
+    if "quantization_config" not in data and target.name == "config.json" and modelopt.is_file():
+        data = {**data, "quantization_config": read_json_file(modelopt, what="ModelOpt hf_quant_config")}
     given = data.get("_name_or_path")
     if isinstance(given, str) and given.strip():
         name = given.strip()

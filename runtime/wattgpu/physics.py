@@ -6,7 +6,8 @@ Units: bytes, seconds, watts; parameters in billions (``*_b``).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+import math
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -72,6 +73,27 @@ def roofline_step_s(step_bytes: np.ndarray, batch: np.ndarray, active_params_b: 
     t_mem = step_bytes / (ops.asarray(bandwidth_gb_s) * 1e9)
     t_flop = 2.0 * ops.asarray(active_params_b) * 1e9 * batch / (ops.asarray(fp16_tflops) * 1e12)
     return ops.maximum(t_mem, t_flop)
+
+
+def matmul_tflops(fp16_tflops: Any, fp8_tflops: Any, fp4_tflops: Any, fp8_compute: Any, fp4_compute: Any) -> np.ndarray:
+    """Dense tensor peak (TFLOPS) for a model's matmul precision, vectorised: the FP4 rate for FP4 (W4A4)
+    models on GPUs that have one (finite ``fp4_tflops``), the FP8 rate for FP8 (W8A8) models on GPUs with
+    FP8 tensor cores, else the 16-bit rate (weight-only formats, or a GPU without the low-precision path).
+    NaN rates mean "no such tensor cores"; ``*_compute`` are 1/0 flags from ``LlmSpec.compute_dtype``."""
+    fp16 = ops.asarray(fp16_tflops)
+    fp8_ok = (ops.asarray(fp8_compute) > 0) & ops.isfinite(ops.asarray(fp8_tflops))
+    fp4_ok = (ops.asarray(fp4_compute) > 0) & ops.isfinite(ops.asarray(fp4_tflops))
+    return ops.where(fp4_ok, ops.asarray(fp4_tflops), ops.where(fp8_ok, ops.asarray(fp8_tflops), fp16))
+
+
+def compute_tflops(gpu: Any, llm: Any) -> float:
+    """The dense tensor rate (TFLOPS) the compute roofline uses for ``llm`` on ``gpu`` (scalar form of
+    :func:`matmul_tflops`): FP4 on GPUs with FP4 tensor cores for FP4 checkpoints, FP8 for FP8 ones where
+    the GPU has FP8, else the FP16 rate."""
+    def rate(x: float | None) -> float:
+        return math.nan if x is None else float(x)
+    return float(matmul_tflops(float(gpu.fp16_tflops), rate(gpu.fp8_tflops), rate(getattr(gpu, "fp4_tflops", None)),
+                               float(llm.compute_dtype == "fp8"), float(llm.compute_dtype == "fp4")))
 
 
 def bandwidth_latency_s(params_b: np.ndarray, bandwidth_gb_s: np.ndarray) -> np.ndarray:

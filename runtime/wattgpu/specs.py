@@ -40,7 +40,7 @@ LLM_RANGES: dict[str, tuple[float, float, str]] = {
     "weight_bytes_per_param": (0.1, 4.0, "bytes per parameter"),
 }
 
-COMPUTE_DTYPES = ("bfloat16", "float16", "fp8", "int8")
+COMPUTE_DTYPES = ("bfloat16", "float16", "fp8", "int8", "fp4")
 MEMORY_TYPES = ("GDDR5", "GDDR6", "GDDR6X", "GDDR7", "HBM2", "HBM2e", "HBM3", "HBM3e", "LPDDR5")
 ARCH_CLASSES = (
     "decoder_transformer",
@@ -113,6 +113,7 @@ def check_bool(entity: str, name: str, value: Any) -> bool:
 GPU_EXTRA_RANGES: dict[str, tuple[float, float, str]] = {
     "bf16_tflops": (0.1, 20000.0, "dense BF16 TFLOPS"),
     "fp8_tflops": (0.1, 40000.0, "dense FP8 TFLOPS"),
+    "fp4_tflops": (0.1, 80000.0, "dense FP4 TFLOPS"),
     "fp32_tflops": (0.01, 20000.0, "FP32 TFLOPS"),
     "l2_cache_mb": (0.01, 4096.0, "MB"),
 }
@@ -136,6 +137,7 @@ class GpuSpec:
     boost_clock_mhz: float | None = None
     bf16_tflops: float | None = None
     fp8_tflops: float | None = None
+    fp4_tflops: float | None = None  # dense FP4 tensor rate (Blackwell); None = no FP4 tensor cores
     fp32_tflops: float | None = None
     l2_cache_mb: float | None = None
     sm_count: int | None = None
@@ -245,7 +247,9 @@ class LlmSpec:
     kv_lora_rank: int = 0  # multi-head latent attention (DeepSeek MLA): latent KV width; 0 = not MLA
     qk_rope_head_dim: int = 0  # MLA: decoupled RoPE key width cached next to the latent
     sliding_window_layers: int | None = None  # KV layers that use sliding_window; None = all of them
-    compute_dtype: str = "bfloat16"  # dtype of the matmuls (fp8 for W8A8 FP8 checkpoints)
+    # matmul precision: fp8 for W8A8 FP8 checkpoints, fp4 for NVFP4 W4A4 ones (weights AND activations in
+    # FP4); weight-only formats multiply in 16 bits. physics.compute_tflops picks the GPU's rate for it.
+    compute_dtype: str = "bfloat16"
 
     def __post_init__(self) -> None:
         entity = f"LLM {self.name!r}"

@@ -1,14 +1,20 @@
 """Build ``specs.json`` (the catalog) from the spec tables in ``data/catalog/`` and ``data/paper/``.
 
 Facts are copied with their source; the only derived values are flagged in each entry's ``derived``
-list (Pascal FP16 rate, weight bytes of quantised checkpoints, assumed serving dtype).
+list (Pascal FP16 rate, assumed serving dtype). Every LLM spec comes from the runtime's config reader
+(``wattgpu.hfconfig.llm_from_hf_config``) fed the model's stored config.json (``llm_configs_raw/``) or
+one built from its ``llm_configs.csv`` row, so a catalog id and its config.json give the same spec.
 """
 from __future__ import annotations
 
 import csv
 import json
 from pathlib import Path
+from dataclasses import replace
 from typing import Any
+
+from wattgpu.checks import NO_KV_CACHE
+from wattgpu.hfconfig import llm_from_hf_config
 
 CATALOG_VERSION = "2026.12.1"
 GPU_TABLE = "gpu_specs.csv"
@@ -16,6 +22,7 @@ LLM_TABLE = "llm_configs.csv"
 PAPER_MODELS = "model_features.csv"
 IDLE_TABLE = "idle_power.csv"
 ATTENTION_TABLE = "llm_attention.csv"  # MLA widths the config table has no column for
+RAW_CONFIGS = "llm_configs_raw"  # stored copies of models' own config.json (evidence files of the shared catalog)
 INTERCONNECT_TABLE = "interconnect.csv"
 # Only idle figures measured with a CUDA context (a model loaded, no requests) describe a server between
 # requests; "bare" figures (P8, no context) are kept in the table for reference and not used.
@@ -30,8 +37,6 @@ LLM_FACT_COLUMNS = (
     "moe_layer_interval", "quant_method", "quant_weight_dtype", "params_method", "base_model",
     "card_total_params_b", "card_active_params_b", "card_params_source", "datasets", "notes",
 )
-NO_ATTENTION = {"rnn_rwkv": "RWKV is a recurrent network without attention or KV cache",
-                "ssm_mamba": "pure Mamba state-space model without attention or KV cache"}
 
 
 def _num(value: str) -> float | None:
@@ -116,6 +121,7 @@ def gpu_entry(row: dict[str, str], idle: dict[str, tuple[float, str]] | None = N
         "fp16_tflops": fp16,
         "bf16_tflops": _num(row["bf16_tensor_tflops_dense"]),
         "fp8_tflops": _num(row["fp8_tensor_tflops_dense"]),
+        "fp4_tflops": _num(row["fp4_tensor_tflops_dense"]),
         "fp32_tflops": _num(row["fp32_tflops"]),
         "base_clock_mhz": _num(row["base_clock_mhz"]),
         "boost_clock_mhz": _num(row["boost_clock_mhz"]),
@@ -131,26 +137,6 @@ def gpu_entry(row: dict[str, str], idle: dict[str, tuple[float, str]] | None = N
     return {"name": row["name"], "spec": spec, "facts": facts, "derived": derived}
 
 
-def _sliding_layers(row: dict[str, str]) -> tuple[int | None, list[str]]:
-    """KV layers that use the sliding window, by family (None = every layer, as Mistral/Phi-3/StarCoder2)."""
-    layers, family = int(row["num_hidden_layers"]), row["model_type"]
-    if not _int(row["sliding_window"]):
-        return None, []
-    if family in ("gemma2", "gpt_oss"):
-        n = (layers + 1) // 2
-        return n, [f"sliding_window_layers = {n}: {family} alternates sliding and full attention (even layers slide)"]
-    if family in ("gemma3", "gemma3_text"):
-        n = layers - layers // 6
-        return n, [f"sliding_window_layers = {n}: Gemma 3 has one global layer in every 6 (sliding_window_pattern 6)"]
-    return None, []
-
-
-def _compute_dtype(row: dict[str, str]) -> str:
-    """Matmul dtype as served: FP8 checkpoints run W8A8 FP8 (vLLM), everything else 16-bit."""
-    quant = (row["quant_method"] or "").lower()
-    return "fp8" if "fp8" in quant else "bfloat16"
-
-
 def read_attention_table(path: Path) -> dict[str, dict[str, str]]:
     if not path.exists():
         return {}
@@ -158,92 +144,141 @@ def read_attention_table(path: Path) -> dict[str, dict[str, str]]:
         return {r["hf_id"]: r for r in csv.DictReader(f)}
 
 
-def _weight_bytes(row: dict[str, str]) -> tuple[float, bool, list[str]]:
-    """Bytes per parameter of the checkpoint as served, and whether it is quantised."""
-    quant = (row["quant_method"] or "").lower()
-    if not quant:
-        return 2.0, False, []
-    if quant.startswith("fp8") or "fp8" in quant:
-        return 1.0, True, ["weight_bytes_per_param = 1.0 (FP8 checkpoint; scales ignored); precision fp8, "
-                           "compute_dtype fp8 (W8A8)"]
-    if "mxfp4" in quant:
-        # Experts in MXFP4 (4 bits + one shared 8-bit scale per 32 values = 4.25 bits), the rest bf16.
-        layers, hidden = int(row["num_hidden_layers"]), int(row["hidden_size"])
-        experts, inter = int(row["num_experts"]), int(row["moe_intermediate_size"] or row["intermediate_size"])
-        expert_b = layers * experts * 3 * hidden * inter / 1e9
-        total_b = float(row["total_params_b"])
-        share = min(expert_b / total_b, 1.0)
-        wb = share * 4.25 / 8 + (1 - share) * 2.0
-        return round(wb, 4), True, [f"weight_bytes_per_param = {wb:.3f}: MXFP4 experts ({share:.1%} of params) "
-                                    "at 4.25 bits, other weights bf16"]
-    return 2.0, True, [f"unrecognised quantisation {quant!r}: weight bytes assumed 2.0"]
+def read_raw_configs(folder: Path) -> dict[str, dict[str, Any]]:
+    """Evidence files ``<owner>--<name>.json`` (``{"hf_id", "source", "config", ...}``) by Hugging Face id."""
+    out: dict[str, dict[str, Any]] = {}
+    if not folder.is_dir():
+        return out
+    for path in sorted(folder.glob("*.json")):
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        out[doc["hf_id"]] = doc
+    return out
+
+
+def quantization_config(row: dict[str, str]) -> dict[str, Any] | None:
+    """The ``quantization_config`` a catalog row's ``quant_method`` / ``quant_weight_dtype`` describe (None =
+    16-bit). The runtime's reader (``wattgpu.quant``) turns it into bytes and matmul dtype."""
+    method = (row["quant_method"] or "").strip().lower()
+    dtype = (row["quant_weight_dtype"] or "").strip().lower()
+    if not method:
+        return None
+    if method == "modelopt":
+        algo = "NVFP4" if dtype.startswith("nvfp4") else "FP8" if dtype.startswith("fp8") else dtype.upper()
+        return {"quant_method": "modelopt", "quant_algo": algo, "group_size": 16, "exclude_modules": ["lm_head"]}
+    if method == "compressed-tensors" and dtype.startswith("int4"):
+        return {"quant_method": "compressed-tensors", "format": "pack-quantized", "ignore": ["lm_head"],
+                "config_groups": {"group_0": {"targets": ["Linear"],
+                                              "weights": {"num_bits": 4, "type": "int", "group_size": 128,
+                                                          "symmetric": True}}}}
+    if method.startswith("fp8"):
+        return {"quant_method": "fp8"}
+    return {"quant_method": method.split()[0]}
+
+
+_ROW_INT_KEYS = ("num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+                 "head_dim", "vocab_size", "max_position_embeddings", "num_experts", "num_experts_per_tok",
+                 "moe_intermediate_size", "n_shared_experts", "first_k_dense_replace", "moe_layer_interval",
+                 "sliding_window")
+
+
+def config_from_row(row: dict[str, str], attention: dict[str, str] | None) -> tuple[dict[str, Any], list[str]]:
+    """A Hugging Face style config.json built from a catalog row (plus its MLA widths), and the assumptions made."""
+    derived: list[str] = []
+    cfg: dict[str, Any] = {"model_type": row["model_type"]}
+    if row["architectures"]:
+        cfg["architectures"] = [a.strip() for a in row["architectures"].split("|") if a.strip()]
+    for key in _ROW_INT_KEYS:
+        value = _int(row[key])
+        if value is not None:
+            cfg[key] = value
+    if "vocab_size" not in cfg:
+        cfg["vocab_size"] = 32000
+        derived.append("vocab_size = 32000: not recorded (LLaMA-1 base value)")
+    if row["tie_word_embeddings"].strip():
+        cfg["tie_word_embeddings"] = row["tie_word_embeddings"].strip().lower() == "true"
+    cfg["torch_dtype"] = row["torch_dtype"] or "float16"
+    if not row["torch_dtype"]:
+        derived.append("precision = float16: the config records no torch_dtype; 16-bit serving assumed")
+    quant = quantization_config(row)
+    if quant is not None:
+        cfg["quantization_config"] = quant
+    if attention:
+        cfg["kv_lora_rank"] = int(attention["kv_lora_rank"])
+        cfg["qk_rope_head_dim"] = int(attention["qk_rope_head_dim"])
+    return cfg, derived
+
+
+# Other spellings of a row key that config.json files use (as wattgpu.hfconfig reads them): a copy holding
+# any of them already defines the field, so the row does not fill it.
+_ALIASES = {
+    "num_hidden_layers": ("n_layer", "n_layers", "num_layers"), "hidden_size": ("n_embd", "d_model"),
+    "num_attention_heads": ("n_head", "n_heads", "num_heads"),
+    "num_key_value_heads": ("num_kv_heads", "n_head_kv", "multi_query_group_num", "multi_query", "attn_config"),
+    "intermediate_size": ("n_inner", "d_ff", "ffn_hidden_size", "ff_intermediate_size", "expansion_ratio"),
+    "head_dim": ("d_kv",), "max_position_embeddings": ("n_positions", "max_seq_len", "context_length", "seq_length"),
+    "num_experts": ("num_local_experts", "n_routed_experts", "moe_num_experts"),
+    "num_experts_per_tok": ("experts_per_token", "moe_top_k", "top_k"),
+    "moe_layer_interval": ("moe_layer_freq", "interleave_moe_layer_step", "decoder_sparse_step"),
+    "n_shared_experts": ("num_shared_experts", "shared_expert_intermediate_size"),
+    "torch_dtype": ("dtype",), "sliding_window": ("sliding_window_size",),
+}
+
+
+def llm_config(row: dict[str, str], raw: dict[str, Any] | None,
+               attention: dict[str, str] | None) -> tuple[dict[str, Any], list[str]]:
+    """The config.json the catalog feeds the runtime's reader for one LLM: the stored copy of the model's own
+    config when there is one, with the row's fields filling the keys a partial copy lacks (quantisation,
+    KV heads, vocabulary...), else the row's fields alone."""
+    row_cfg, derived = config_from_row(row, attention)
+    if raw is None:
+        return row_cfg, derived
+    copy = dict(raw["config"])
+    inner = copy.get("text_config") if isinstance(copy.get("text_config"), dict) else copy
+    filled = sorted(k for k in row_cfg if not any(a in inner or a in copy for a in (k, *_ALIASES.get(k, ()))))
+    cfg = {**{k: row_cfg[k] for k in filled}, **copy}
+    derived = [f"config: the data/catalog/{RAW_CONFIGS}/ copy"]
+    if filled:
+        derived.append(f"keys the config copy lacks, from the {LLM_TABLE} row: {', '.join(filled)}")
+    return cfg, derived
 
 
 def llm_entry(row: dict[str, str], paper: dict[str, dict[str, str]],
-              attention: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
-    """One catalog LLM: LlmSpec fields (or why it cannot be modelled), facts and source."""
+              attention: dict[str, dict[str, str]] | None = None,
+              raw: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One catalog LLM: the LlmSpec the runtime's config reader (``wattgpu.hfconfig``) derives from its
+    config (parameters, weight bytes, KV layout, sliding-window layers, matmul dtype), or why it cannot be
+    modelled; facts and source."""
     name = row["hf_id"]
-    derived: list[str] = []
     facts = {k: row[k] for k in LLM_FACT_COLUMNS if row.get(k)}
     facts["confidence"] = row["confidence"]
     facts["source"] = row["source"]
     if name in paper:
         facts["paper_model"] = True
         facts["model_upload_date"] = paper[name].get("model_upload_date", "")
-    base = {"name": name, "facts": facts, "derived": derived}
-    if row["arch_class"] in NO_ATTENTION:
-        return {**base, "spec": None, "unsupported_reason": NO_ATTENTION[row["arch_class"]]}
-    dtype = row["torch_dtype"]
-    if not dtype:
-        dtype = "float16"
-        derived.append("precision = float16: the config records no torch_dtype; 16-bit serving assumed")
-    vocab = _int(row["vocab_size"])
-    if vocab is None:
-        vocab = 32000
-        derived.append("vocab_size = 32000: not recorded (LLaMA-1 base value); parameter count is the nominal one")
-    wb, quantized, notes = _weight_bytes(row)
-    derived.extend(notes)
-    if "fp8" in (row["quant_method"] or "").lower():
-        dtype = "fp8"
-    elif "mxfp4" in (row["quant_method"] or "").lower():
-        dtype = "mxfp4"
-    sliding_layers, notes = _sliding_layers(row)
-    derived.extend(notes)
     mla = (attention or {}).get(name)
     if mla:
         facts["attention_source"] = mla["source"]
-    experts = _int(row["num_experts"]) or 0
-    spec = {
-        "name": name,
-        "model_type": row["model_type"],
-        "arch_class": row["arch_class"],
-        "num_layers": int(row["num_hidden_layers"]),
-        "hidden_size": int(row["hidden_size"]),
-        "intermediate_size": _int(row["intermediate_size"]) or 0,
-        "num_attention_heads": int(row["num_attention_heads"]),
-        "num_kv_heads": int(row["num_key_value_heads"]),
-        "head_dim": _int(row["head_dim"]) or 0,
-        "vocab_size": vocab,
-        "max_position_embeddings": _int(row["max_position_embeddings"]),
-        "tie_word_embeddings": row["tie_word_embeddings"].strip().lower() == "true",
-        "num_experts": experts,
-        "experts_per_tok": _int(row["num_experts_per_tok"]) or 0,
-        "sliding_window": _int(row["sliding_window"]),
-        "total_params_b": float(row["total_params_b"]),
-        "active_params_b": float(row["active_params_b"]),
-        "weight_bytes_per_param": wb,
-        "precision": dtype,
-        "quantized": quantized,
-        "source": f"data/catalog/{LLM_TABLE} ({row['confidence']} confidence)",
-        "confidence": row["confidence"],
-        "compute_dtype": _compute_dtype(row),
-    }
-    if sliding_layers is not None:
-        spec["sliding_window_layers"] = sliding_layers
-    if mla:
-        spec["kv_lora_rank"] = int(mla["kv_lora_rank"])
-        spec["qk_rope_head_dim"] = int(mla["qk_rope_head_dim"])
-    return {**base, "spec": spec}
+    cfg, derived = llm_config(row, raw, mla)
+    base = {"name": name, "facts": facts, "derived": derived}
+    if row["arch_class"] in NO_KV_CACHE:
+        return {**base, "spec": None, "unsupported_reason": f"{NO_KV_CACHE[row['arch_class']]} has no attention or KV cache"}
+    spec = llm_from_hf_config(cfg, name, source=f"data/catalog/{LLM_TABLE} ({row['confidence']} confidence)")
+    if spec.arch_class != row["arch_class"]:
+        raise ValueError(f"{LLM_TABLE}: {name} arch_class {row['arch_class']!r} but its config reads as {spec.arch_class!r}")
+    if raw is None:
+        # No copy of the model's config: the row carries only the common fields, not the family extras the
+        # reader needs for an exact count (shared-expert widths, hybrid layer patterns, biases), so the
+        # table's parameter counts (model card / paper / computed upstream, params_method) are kept.
+        spec = replace(spec, total_params_b=float(row["total_params_b"]), active_params_b=float(row["active_params_b"]))
+        derived.append(f"total/active params from {LLM_TABLE} ({row['params_method']}): no config copy to count from")
+    out = replace(spec, confidence=row["confidence"]).to_dict()
+    # leave out what equals the reader's default (all layers hold KV; no MLA; no window split) to keep the
+    # catalog small; LlmSpec fills them in again
+    for key, default in (("kv_layers", spec.num_layers), ("kv_lora_rank", 0), ("qk_rope_head_dim", 0),
+                         ("sliding_window_layers", None)):
+        if out[key] == default:
+            del out[key]
+    return {**base, "spec": out}
 
 
 def build_specs(catalog_dir: Path, paper_dir: Path) -> dict[str, Any]:
@@ -258,9 +293,10 @@ def build_specs(catalog_dir: Path, paper_dir: Path) -> dict[str, Any]:
             raise ValueError(f"{table}: GPUs not in {GPU_TABLE}: {unknown}")
     with open(paper_dir / PAPER_MODELS, newline="", encoding="utf-8") as f:
         paper = {r["model_name"]: r for r in csv.DictReader(f, delimiter=";")}
+    raws = read_raw_configs(catalog_dir / RAW_CONFIGS)
     with open(catalog_dir / LLM_TABLE, newline="", encoding="utf-8") as f:
         attention = read_attention_table(catalog_dir / ATTENTION_TABLE)
-        llms = [llm_entry(r, paper, attention) for r in csv.DictReader(f)]
+        llms = [llm_entry(r, paper, attention, raws.get(r["hf_id"])) for r in csv.DictReader(f)]
     names = {m["name"] for m in llms}
     missing = sorted(set(paper) - names)
     if missing:

@@ -1,8 +1,8 @@
 """Load the public measurement sets in ``data/`` into the record schema (``records.RECORD_COLUMNS``).
 
-Six sources are read from ``data/<source>/rows.csv`` (copied unchanged from the shared data folder):
-``mlenergy_v1``, ``mlenergy_v2``, ``mlenergy_v3``, ``argonne``, ``llm_pilot`` and
-``llmperf_techgrandpa``. Each row is mapped to the record schema by a per-source function (engine,
+Seven sources are read from ``data/<source>/rows.csv`` (copied unchanged from the shared data folder):
+``mlenergy_v1``, ``mlenergy_v2``, ``mlenergy_v3``, ``argonne``, ``llm_pilot``,
+``llmperf_techgrandpa`` and ``holtmann_consumer_gpu``. Each row is mapped to the record schema by a per-source function (engine,
 engine era, workload kind, concurrency, which ITL statistic), GPUs are mapped through the reviewed table ``data/gpu_map.csv`` and LLMs are checked
 against ``data/catalog/llm_configs.csv``. Then the ordered rules in :data:`EXCLUSIONS` drop rows or
 blank out a target that cannot be used. ``data/README.md`` explains every decision and lists the
@@ -11,7 +11,8 @@ row counts; :func:`exclusion_report` recomputes the per-rule counts.
 Extra columns kept after the record columns (all prefixed ``x_``): ``x_precision`` (weight format
 as served: float16, bfloat16, float16|bfloat16, fp8, mxfp4, or ``float16 (assumed)``),
 ``x_num_gpus``, ``x_task``, ``x_source_gpu`` (the GPU string as the source spells it),
-``x_llm_source_name`` and ``x_tp`` (tensor-parallel degree; power_w is per GPU, itl_s per sequence).
+``x_llm_source_name``, ``x_tp`` (tensor-parallel degree; power_w is per GPU, itl_s per sequence) and
+``x_ttft_mean_s`` (mean time to first token where the source measured it, else NaN).
 """
 from __future__ import annotations
 
@@ -24,12 +25,14 @@ import pandas as pd
 
 from .records import RECORD_COLUMNS, check_records
 
-SOURCES: tuple[str, ...] = ("mlenergy_v1", "mlenergy_v2", "mlenergy_v3", "argonne", "llm_pilot", "llmperf_techgrandpa")
+SOURCES: tuple[str, ...] = ("mlenergy_v1", "mlenergy_v2", "mlenergy_v3", "argonne", "llm_pilot", "llmperf_techgrandpa",
+                             "holtmann_consumer_gpu")
+HOLTMANN = "holtmann_consumer_gpu"
 # LLMs a source measured that the catalog does not carry: their rows are dropped by the rule
 # ``llm_not_in_catalog`` (counted), any other unknown LLM is an error.
 _NOT_IN_CATALOG = {("llmperf_techgrandpa", "Qwen/Qwen2.5-Coder-14B-Instruct")}
 DECODER_ARCH_CLASSES = ("decoder_transformer", "decoder_moe_transformer")
-EXTRA_COLUMNS = ("x_precision", "x_num_gpus", "x_task", "x_source_gpu", "x_llm_source_name", "x_tp")
+EXTRA_COLUMNS = ("x_precision", "x_num_gpus", "x_task", "x_source_gpu", "x_llm_source_name", "x_tp", "x_ttft_mean_s")
 
 # Engine strings of the argonne `engine` column -> canonical names (workload.ENGINES).
 _ARGONNE_ENGINES = {"vllm": "vllm", "tensorrt-llm": "tensorrt_llm", "deepspeed-mii": "deepspeed_mii"}
@@ -65,6 +68,12 @@ def _is(df: pd.DataFrame, source: str) -> pd.Series:
 
 
 EXCLUSIONS: list[Rule] = [
+    Rule(
+        "holtmann_no_metadata",
+        "holtmann_consumer_gpu: one RTX 5090 run has no metadata.json (README: LLM unknown, latency only); its "
+        "LLM and concurrency are not recorded and are not guessed from the folder name.",
+        lambda d: _is(d, HOLTMANN) & (d["llm"] == ""),
+    ),
     Rule(
         "not_tensor_parallel",
         "Multi-GPU runs that are not one tensor-parallel group (pipeline stages, data or expert parallelism: "
@@ -133,6 +142,12 @@ EXCLUSIONS: list[Rule] = [
         lambda d: _is(d, "llmperf_techgrandpa") & ~d["_is_group_median"],
     ),
     Rule(
+        "holtmann_fp8_kv_cache",
+        "holtmann_consumer_gpu runs served with an FP8 KV cache (kv_cache_fp8 = True): the training records describe "
+        "a 16-bit cache (Workload.kv_cache_dtype auto), so their KV bytes per token would be wrong by 2x.",
+        lambda d: _is(d, HOLTMANN) & (d["_kv_cache_fp8"] == "True"),
+    ),
+    Rule(
         "no_usable_target",
         "Neither power_w nor itl_s is left (e.g. argonne TRT-LLM/MII rows at batch 1/32/64 after the "
         "two masks above); the row cannot train anything.",
@@ -149,6 +164,13 @@ def _read_rows(data_dir: Path, source: str) -> pd.DataFrame:
     if not path.is_file():
         raise FileNotFoundError(f"measurement file not found: {path}")
     return pd.read_csv(path, low_memory=False)
+
+
+def read_source_rows(data_dir: str | Path, source: str) -> pd.DataFrame:
+    """A source's rows.csv in file order, with the shared column names the loader reads (``num_gpus``,
+    ``llm``, ``scenario``...) added where the source spells them differently (holtmann_consumer_gpu)."""
+    raw = _read_rows(Path(data_dir), source)
+    return _prepare_holtmann(raw) if source == HOLTMANN else raw
 
 
 def read_gpu_map(data_dir: str | Path) -> dict[tuple[str, str], str]:
@@ -261,6 +283,47 @@ def _map_llmperf_techgrandpa(raw: pd.DataFrame) -> dict:
     )
 
 
+# holtmann_consumer_gpu ``precision`` -> x_precision (weight format as served).
+_HOLTMANN_PRECISION = {"nvfp4": "nvfp4", "mxfp4": "mxfp4", "w4a16": "int4 (w4a16)", "bf16": "bfloat16"}
+
+
+def _map_holtmann(raw: pd.DataFrame) -> dict:
+    n = len(raw)
+    precision = raw["precision"].astype(str).str.lower()
+    unknown = sorted(set(precision) - set(_HOLTMANN_PRECISION))
+    if unknown:
+        raise MeasurementDataError(f"{HOLTMANN}: unknown precision(s) {unknown}; known: {sorted(_HOLTMANN_PRECISION)}")
+    return dict(
+        kind="closed_loop",  # aiperf keeps `concurrency` streaming requests in flight
+        engine="vllm",
+        engine_era="current",  # vllm==0.12.0 (README, from the repository's Dockerfile)
+        max_batch=_nan(n),  # max_num_seqs not recorded (vLLM default); the concurrency bounds the running batch
+        concurrency=_num(raw["concurrency"]),
+        num_requests=_nan(n),
+        input_tokens=_num(raw["input_tokens"]),
+        power_w=_num(raw["power_w"]),  # per GPU (DCGM), NaN where the telemetry file is missing
+        itl_s=_num(raw["itl_s"]),  # aiperf mean ITL (first token excluded); itl_p50_s is the median
+        itl_stat="mean over requests of aiperf inter-token latency (first token excluded)",
+        itl_statistic="mean",
+        x_precision=precision.map(_HOLTMANN_PRECISION),
+    )
+
+
+def _prepare_holtmann(raw: pd.DataFrame) -> pd.DataFrame:
+    """Give holtmann's columns the shared names the generic frame reads (values unchanged)."""
+    out = raw.copy()
+    out["llm"] = raw["llm"].fillna("").astype(str)
+    out["llm_source_name"] = out["llm"]
+    out["scenario"] = "closed_loop_concurrency"
+    out["arrival_rate_qps"] = np.nan
+    out["output_len_tokens"] = raw["output_tokens"]
+    out["system_s_per_token"] = 1.0 / _num(raw["tokens_per_s"])
+    out["num_gpus"] = raw["gpu_count"]
+    out["task"] = raw["workload"].astype(str) + np.where(raw["lora"].astype(str) == "True", " (LoRA adapters enabled)", "")
+    out["itl_stat"] = "mean"
+    return out
+
+
 def _group_median_flags(raw: pd.DataFrame) -> np.ndarray:
     """llmperf: True for the one run per (GPU, checkpoint, day) at the lower median of the TTFT-excluded ITL."""
     itl = _num(raw["itl_excl_ttft_from_means_s"])
@@ -296,6 +359,7 @@ _MAPPERS = {
     "argonne": _map_argonne,
     "llm_pilot": _map_llm_pilot,
     "llmperf_techgrandpa": _map_llmperf_techgrandpa,
+    HOLTMANN: _map_holtmann,
 }
 # Serving-stack era per source (Workload.engine_era) where the mapper does not set it. legacy = before
 # vLLM's 0.6 scheduler (Sept 2024): HF transformers 2023 (v1), vLLM 0.5.4 (v2), TGIS 2024 (llm_pilot) and
@@ -307,10 +371,11 @@ _ITL_STATISTIC = {"mlenergy_v3": "median"}
 
 
 def _source_frame(data_dir: Path, source: str, gpu_map: dict, arch: pd.Series) -> pd.DataFrame:
-    raw = _read_rows(data_dir, source)
+    raw = read_source_rows(data_dir, source)
     n = len(raw)
 
-    unknown_llm = sorted(set(raw["llm"].astype(str)) - set(arch.index) - {m for s, m in _NOT_IN_CATALOG if s == source})
+    allowed = {m for s, m in _NOT_IN_CATALOG if s == source} | ({""} if source == HOLTMANN else set())
+    unknown_llm = sorted(set(raw["llm"].astype(str)) - set(arch.index) - allowed)
     if unknown_llm:
         raise MeasurementDataError(
             f"{source}: LLM(s) not in data/catalog/llm_configs.csv: {unknown_llm}; add them to the catalog first")
@@ -347,6 +412,7 @@ def _source_frame(data_dir: Path, source: str, gpu_map: dict, arch: pd.Series) -
             "x_source_gpu": raw["gpu"].astype(str).to_numpy(),
             "x_llm_source_name": raw["llm_source_name"].astype(str).to_numpy(),
             "x_tp": _num(raw["tensor_parallel"]).to_numpy() if "tensor_parallel" in raw else np.ones(n),
+            "x_ttft_mean_s": _num(raw["ttft_mean_s"]).to_numpy() if "ttft_mean_s" in raw else _nan(n),
             # helper columns for the rules; removed before returning
             "_num_gpus": _num(raw["num_gpus"]).to_numpy(),
             "_pipeline_parallel": _num(raw["pipeline_parallel"]).fillna(1).to_numpy() if "pipeline_parallel" in raw else np.ones(n),
@@ -354,6 +420,7 @@ def _source_frame(data_dir: Path, source: str, gpu_map: dict, arch: pd.Series) -
             "_failed_fraction": _num(raw["failed_fraction"]).to_numpy() if "failed_fraction" in raw else _nan(n),
             "_power_scope": raw["power_scope"].astype(str).to_numpy() if "power_scope" in raw else "",
             "_source_itl_stat": raw["itl_stat"].astype(str).to_numpy(),
+            "_kv_cache_fp8": raw["kv_cache_fp8"].astype(str).to_numpy() if "kv_cache_fp8" in raw else "",
             "_is_group_median": _group_median_flags(raw) if source == "llmperf_techgrandpa" else np.ones(n, dtype=bool),
         }
     )

@@ -22,13 +22,13 @@ from typing import IO, Any, Callable, Iterator, Sequence
 
 from .errors import (ConfigFileError, ModelFitError, SpecValidationError, UnknownEntityError,
                      UnsupportedModelError, WattGPUError)
-from .safeio import check_path_type, looks_utf16, open_regular
+from .safeio import check_path_type, open_regular, wide_encoding
 from .workload import WORKLOAD_CHOICES, WORKLOAD_NUMBERS, Workload
 
 CHUNK_ROWS = 4096
 MAX_CSV_BYTES = 8 * 1024**3  # streamed, so this bounds run time rather than memory
 MAX_LINE_CHARS = 1 << 20
-UTF16_CSV = "is UTF-16 text; save the CSV as UTF-8"
+WIDE_CSV = "is {} text; save the CSV as UTF-8"
 MAX_COLUMNS = 256
 CACHE_LIMIT = 4096  # distinct names / workload cells remembered; cleared when exceeded (bounded memory)
 KIND_COLUMNS = ("workload", "kind")
@@ -115,8 +115,9 @@ def _lines(f: IO[str], path: str) -> Iterator[str]:
             raise ConfigFileError(path, f"line {n} is longer than {MAX_LINE_CHARS:,} characters; "
                                         "is this really a CSV file?")
         if "\x00" in line:
-            if n == 1 and looks_utf16(line):
-                raise ConfigFileError(path, UTF16_CSV)
+            wide = wide_encoding(line) if n == 1 else None
+            if wide:
+                raise ConfigFileError(path, WIDE_CSV.format(wide))
             raise ConfigFileError(path, f"line {n} contains NUL bytes (binary data); pass a text CSV file")
         yield line
 
@@ -379,8 +380,9 @@ def predict_csv(in_path: str, out_path: str, on_error: str = "skip", defaults: W
             os.replace(tmp, out)
             tmp = None
         except UnicodeDecodeError as exc:
-            if exc.start == 0 and looks_utf16(exc.object[:64]):
-                raise ConfigFileError(str(shown), UTF16_CSV) from None
+            wide = wide_encoding(exc.object[:64]) if exc.start == 0 else None
+            if wide:
+                raise ConfigFileError(str(shown), WIDE_CSV.format(wide)) from None
             raise ConfigFileError(str(shown), f"is not UTF-8 text (bad byte near offset {exc.start} of a line); "
                                               "save the CSV as UTF-8") from None
         except csv.Error as exc:

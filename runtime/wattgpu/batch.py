@@ -20,9 +20,9 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import IO, Any, Callable, Iterator, Sequence
 
-from .errors import (ConfigFileError, ModelFitError, SpecValidationError, UnknownEntityError,
+from .errors import (ArtifactError, ConfigFileError, ModelFitError, SpecValidationError, UnknownEntityError,
                      UnsupportedModelError, WattGPUError)
-from .safeio import check_path_type, open_regular, wide_encoding
+from .safeio import check_path_type, open_regular, wide_encoding, write_problem
 from .workload import WORKLOAD_CHOICES, WORKLOAD_NUMBERS, Workload
 
 CHUNK_ROWS = 4096
@@ -196,6 +196,8 @@ def _predict_stream(rows: Iterator[tuple[int, dict[str, str], str | None]], defa
         if hit is None:
             try:
                 hit = fn()
+            except ArtifactError:
+                raise  # a damaged install is no row's fault: the whole run stops with exit 3
             except WattGPUError as exc:
                 hit = exc
             cache.put(key, hit)
@@ -209,6 +211,8 @@ def _predict_stream(rows: Iterator[tuple[int, dict[str, str], str | None]], defa
         out = {i: r for (i, _), r in zip(ok, results)}
         for i, (line, row, t) in enumerate(pending):
             r = out.get(i, t)
+            if isinstance(r, ArtifactError):
+                raise r
             if isinstance(r, WattGPUError) and not isinstance(r, RowError):
                 r = RowError(line, _row_message(r, wl_cols, row), r)
             yield line, row, r
@@ -230,6 +234,8 @@ def _predict_stream(rows: Iterator[tuple[int, dict[str, str], str | None]], defa
             triple = exc
         except SpecValidationError as exc:
             triple = RowError(line, _row_message(exc, wl_cols), exc)
+        except ArtifactError:
+            raise
         except WattGPUError as exc:
             triple = RowError(line, str(exc), exc)
         pending.append((line, row, triple))
@@ -388,7 +394,7 @@ def predict_csv(in_path: str, out_path: str, on_error: str = "skip", defaults: W
         except csv.Error as exc:
             raise ConfigFileError(str(shown), f"is not a readable CSV file ({' '.join(str(exc).split())})") from None
         except OSError as exc:
-            raise ConfigFileError(out, f"cannot write ({exc.strerror or exc.__class__.__name__})") from None
+            raise ConfigFileError(out, f"cannot write: {write_problem(exc)}") from None
         finally:
             if tmp is not None:
                 _remove(tmp)

@@ -31,6 +31,12 @@ def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
             fail(exc, exc.exit_code)
         except (BrokenPipeError, KeyboardInterrupt):
             sys.exit(130)
+        except OSError as exc:
+            from .safeio import WRITE_ERRNOS, write_problem
+
+            if exc.errno not in WRITE_ERRNOS:  # not an output that cannot be written: a bug
+                fail(f"internal error ({exc.__class__.__name__}: {exc}); please report it", 70)
+            fail(f"cannot write the output: {write_problem(exc)}", 2)  # e.g. stdout redirected to /dev/full
         except Exception as exc:  # a bug: still one line, different status
             fail(f"internal error ({exc.__class__.__name__}: {exc}); please report it", 70)
     return wrapper
@@ -315,7 +321,9 @@ def rank_cmd(llm: str, max_itl_ms: float | None, strict: bool, gpus: str | None,
         except OSError as exc:
             from .errors import WattGPUError
 
-            raise WattGPUError(f"--plot {plot_path}: cannot write ({exc.strerror or exc.__class__.__name__})") from None
+            from .safeio import write_problem
+
+            raise WattGPUError(f"--plot {plot_path}: cannot write: {write_problem(exc)}") from None
     if as_json:
         click.echo(json.dumps(res.to_dict(), indent=2, sort_keys=True))
         return

@@ -62,6 +62,34 @@ def _os_problem(exc: OSError) -> str:
     return f"cannot be opened ({exc.strerror or exc.__class__.__name__})"
 
 
+WRITE_ERRNOS = frozenset(getattr(errno, n) for n in ("ENOSPC", "EDQUOT", "EFBIG", "EROFS", "EIO") if hasattr(errno, n))
+
+
+def write_problem(exc: OSError) -> str:
+    """A plain-words reason why writing an output failed (a full device, a missing folder, …)."""
+    code = exc.errno
+    if code in (getattr(errno, "ENOSPC", -1), getattr(errno, "EDQUOT", -1)):
+        return "no space left on the device (the disk or device is full); free space or write elsewhere"
+    if code == getattr(errno, "EFBIG", -1):
+        return "the file would be larger than the device allows; write elsewhere"
+    if code == getattr(errno, "EROFS", -1):
+        return "the file system is read-only; write elsewhere"
+    if code == errno.ENOENT:
+        return "its folder does not exist; create it or choose another output path"
+    if code in (errno.EACCES, errno.EPERM):
+        return "permission denied; choose a folder you can write to"
+    return f"{exc.strerror or exc.__class__.__name__}; choose another output path"
+
+
+def check_output_folder(path: str | os.PathLike[str], what: str) -> None:
+    """Refuse (ConfigFileError) an output path whose folder does not exist, before any work is done."""
+    shown = os.fspath(path)
+    parent = os.path.dirname(os.path.abspath(shown))
+    if not os.path.isdir(parent):
+        raise ConfigFileError(str(shown), f"its folder {parent} does not exist; create it or choose another "
+                                          f"path for the {what}")
+
+
 def _stat(path: str | os.PathLike[str], shown: str, fix: str) -> os.stat_result:
     try:
         return os.stat(path)

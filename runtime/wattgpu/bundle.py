@@ -442,6 +442,12 @@ class ModelBundle:
             raise ArtifactError(f"{self.label(self.schema.catalog_file)}: expected a JSON object; reinstall or re-export")
         return data
 
+    def verify(self) -> None:
+        """Check every file of the bundle (manifest, catalog, each model's sha256) without loading onnxruntime:
+        commands that only read the catalog still refuse a damaged bundle (ArtifactError, exit 3)."""
+        for m in self.schema.models.values():
+            self.read_verified(m.file, m.sha256, "(tampered, truncated or from another export); reinstall or re-export")
+
     @property
     def interval_factors(self) -> IntervalFactors:
         """target -> ((level, low factor, high factor), ...), parsed once."""

@@ -397,7 +397,9 @@ def gpus(as_json: bool, models: str | None) -> None:
     """List the catalog GPUs (hash-verified like predict): specs, aliases, idle power measured or estimated."""
     from .listing import gpu_rows
 
-    rows = gpu_rows(_predictor(models).bundle)
+    pred = _predictor(models)
+    pred.bundle.verify()  # a damaged bundle is exit 3 here too, though listing reads only its catalog
+    rows = gpu_rows(pred.bundle)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -420,7 +422,9 @@ def gpus(as_json: bool, models: str | None) -> None:
 @guarded
 def llms(as_json: bool, models: str | None) -> None:
     """List the catalog LLMs."""
-    cat = _predictor(models).catalog
+    pred = _predictor(models)
+    pred.bundle.verify()
+    cat = pred.catalog
     if as_json:
         out = [m.to_dict() for m in cat.llms]
         out += [{"name": n, "unsupported_reason": why} for n, why in cat.unsupported_llms]

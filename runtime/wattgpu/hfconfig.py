@@ -435,6 +435,9 @@ def llm_from_hf_config(config: Mapping[str, Any], name: str, source: str = "user
         if len(pattern) != layers:
             raise SpecValidationError(entity, "hybrid_override_pattern", pattern,
                                       f"one character per layer ({layers} = num_hidden_layers)")
+        if "*" not in pattern and "M" not in pattern:  # neither attention nor Mamba: not a language model
+            raise SpecValidationError(entity, "hybrid_override_pattern", pattern,
+                                      "at least one attention ('*') or Mamba ('M') layer")
         total, active = _hybrid_params(r, g, pattern)
         kv_layers = max(1, pattern.count("*"))
     else:

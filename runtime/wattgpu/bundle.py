@@ -174,7 +174,12 @@ def _is_sha256(v: Any) -> bool:
 
 def _is_number(v: Any) -> bool:
     """A finite JSON number (true/false are not numbers)."""
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # an integer too large for a float (10**400)
+        return False
 
 
 def _is_count(v: Any) -> bool:
@@ -246,7 +251,7 @@ def _read_v1(data: Mapping[str, Any], r: _Reader) -> FeatureSchema:
             r.value(m, k, where, lambda v: _is_number(v) and v >= 0, "a finite number ≥ 0")
         models[target] = ModelSchema(target=target, file=r.file_name(m, "file", where), sha256=r.digest(m, "sha256", where),
                                      features=tuple(feats), transform=transform,
-                                     unit=r.value(m, "unit", where, UNITS[target].__eq__, UNITS[target]),
+                                     unit=r.value(m, "unit", where, lambda v, u=UNITS[target]: v == u, UNITS[target]),
                                      input_name=r.text(m, "input_name", where))
     missing = [t for t in TARGETS if t not in models]
     if missing:
@@ -478,6 +483,10 @@ class ModelBundle:
         except Exception as exc:  # onnxruntime raises its own exception types
             raise ArtifactError(f"{self.label(m.file)}: onnxruntime cannot load it ({exc.__class__.__name__})") from None
         check_onnx_metadata(sess.get_modelmeta().custom_metadata_map, self.schema, m, self.label(m.file))
+        inputs = [i.name for i in sess.get_inputs()]
+        if inputs != [m.input_name]:  # evaluating under another name fails inside onnxruntime
+            raise ArtifactError(f"{self.label(m.file)}: its input is {inputs!r:.60}, not the manifest's input_name "
+                                f"{m.input_name!r:.60}; re-export")
         return sess
 
 

@@ -603,7 +603,7 @@ def _sane_prediction(p: Any) -> str | None:
 def _consistent(tokens_s: float, batch: float, itl_s: float, max_qps: float | None, util: float | None,
                 overloaded: bool, output_tokens: int) -> str | None:
     """Throughput ≤ batch ÷ ITL and ≤ capacity; utilization > 1 only when overloaded (issue 26)."""
-    if tokens_s > batch / itl_s * (1 + 1e-6):
+    if tokens_s > batch / itl_s * (1 + 1e-5):  # the fixed point is solved to 4e-6
         return f"throughput {tokens_s:.6g} tok/s above batch / ITL {batch / itl_s:.6g}"
     if max_qps is not None and tokens_s > max_qps * output_tokens * (1 + 1e-6):
         return f"throughput {tokens_s:.6g} tok/s above capacity {max_qps * output_tokens:.6g}"

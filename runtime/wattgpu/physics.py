@@ -174,6 +174,8 @@ def solve_server_concurrency(qps: np.ndarray, request_time_s: Callable[..., np.n
     largest iterate with g < 0 and the smallest with g ≥ 0 (or ``upper``), and the answer is the bracket's
     upper end: within ``rtol`` of a root (or of the step where T jumps past L), on the side where
     L ≥ λ·T(L), so the served rate λ·output tokens never exceeds batch ÷ ITL. Such rows count as converged.
+    With ``upper``, rows the iteration did converge are checked once more at the answer (L ≥ λ·T(L)
+    within 4 × ``rtol``) and bisected when they miss it.
 
     With ``active_rows`` it is called as ``request_time_s(L[idx], idx)`` for the rows ``idx`` not yet
     converged only (T is row-wise, so the result is the same; converged rows cost nothing).
@@ -212,6 +214,13 @@ def solve_server_concurrency(qps: np.ndarray, request_time_s: Callable[..., np.n
         done |= now
         if done.all():
             break
+    if upper is not None and done.any():
+        # an iterate within rtol of its successor may still sit below the line (T can step between the two):
+        # check L ≥ λ·T(L) where the answer is read, and bisect the rows that miss it
+        new = littles_law_concurrency(qps, times(conc, ~done))
+        bracket(conc, new, done)
+        with np.errstate(invalid="ignore"):
+            done &= ~(new > conc * (1.0 + 4.0 * rtol))  # a step in T, not the iteration's own tolerance
     todo = ~done & np.isfinite(hi) & (hi > lo)
     for _ in range(bisect_iters if todo.any() else 0):
         mid = 0.5 * (lo + hi)

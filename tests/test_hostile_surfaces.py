@@ -111,7 +111,8 @@ def test_schema_version_of_the_wrong_type_is_named_as_a_type_error(tmp_path, val
     (("intervals", "itl", "factors", "80"), "[0.5, Infinity]"),     # the non-standard literal
     (("intervals", "power", "factors", "95"), "[0.5, NaN]"),
     (("intervals", "itl", "factors", "80"), "[0.5, 1e300]"),        # finite, absurd
-    (("intervals", "itl", "factors", "80"), "[1.5, 2.0]"),          # does not hold the prediction
+    (("intervals", "itl", "factors", "80"), "[2.0, 1.5]"),          # empty
+    (("intervals", "itl", "factors", "80"), "[0, 1.5]"),
     (("models", "itl", "parity_rtol"), "-1"),
     (("domain", "llm_params_b"), "[-1e999, 10]"),
     (("domain", "gpu_ranges", "tdp_w"), "[-5, 700]"),

@@ -298,9 +298,11 @@ def _intervals(iv: Any, r: _Reader, models: Mapping[str, ModelSchema]) -> Mappin
         for level, pair in r.map_of(spec["factors"], f"{where}.factors").items():
             if not (level.isdigit() and 0 < int(level) < 100):
                 raise r.fail(f"{where}.factors", f"has key {level!r}; expected a coverage level in percent")
-            if not (_is_range(pair) and 0 < pair[0] <= 1 <= pair[1] <= MAX_INTERVAL_FACTOR):
+            # a biased model may calibrate an interval that misses its point (low > 1): allowed, but never
+            # an empty, non-positive, infinite or absurd one
+            if not (_is_range(pair) and 0 < pair[0] and pair[1] <= MAX_INTERVAL_FACTOR):
                 raise r.fail(f"{where}.factors.{level}", f"= {_short(pair)} is invalid; expected finite [low, high] "
-                                                         f"factors with 0 < low ≤ 1 ≤ high ≤ {MAX_INTERVAL_FACTOR:g}")
+                                                         f"factors with 0 < low ≤ high ≤ {MAX_INTERVAL_FACTOR:g}")
     return iv
 
 

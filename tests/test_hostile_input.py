@@ -108,7 +108,7 @@ def test_any_cell_gives_a_prediction_or_a_row_error_naming_the_column(tmp_path, 
                                                               or "no link" in msg or "interconnect" in msg))
             # memory fit: the value is valid, the model does not fit this GPU with it (needs / has GB)
             cross_field = cross_field or ("does not fit" in msg and "needs" in msg and "usable" in msg)
-            assert cross_field or ("[" in msg and "]" in msg) or " > " in msg, f"no accepted range in {msg!r}"
+            assert cross_field or ("[" in msg and "]" in msg) or " > " in msg or " ≥ " in msg, f"no accepted range in {msg!r}"
         elif column in ("llm", "gpu") and not text.strip():
             assert f"column {column!r} is empty" in msg
     else:

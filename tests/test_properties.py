@@ -6,14 +6,19 @@ Examples per test default to a CI-friendly count; ``WATTGPU_HYPOTHESIS_EXAMPLES=
 """
 from __future__ import annotations
 
+import copy
+import json
 import math
 import os
+import shutil
 import warnings
+from pathlib import Path
 
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from wattgpu import GpuSpec, LlmSpec, Predictor, WattGPUError, Workload, default_catalog
+import wattgpu
+from wattgpu import ArtifactError, GpuSpec, LlmSpec, Predictor, WattGPUError, Workload, default_catalog, rank
 from wattgpu.hfconfig import llm_from_hf_config
 from wattgpu.specs import GPU_RANGES, LLM_RANGES, MEMORY_TYPES
 
@@ -29,6 +34,9 @@ HOSTILE = st.one_of(st.none(), st.booleans(), st.text(max_size=5), st.lists(st.i
 NAMES = st.text(st.characters(codec="ascii", categories=("L", "N", "P", "Zs")), min_size=1, max_size=20).filter(
     str.strip)
 ANY_NUMBER = st.one_of(st.integers(-10**6, 10**7), st.floats(allow_nan=True, allow_infinity=True))
+
+
+EXTREME_QPS = st.sampled_from([5e-324, 1e-320, 1e-300, 1e-10, 1e-9, 2e-9, 1e300, 1.7976931348623157e308])
 
 
 def number(lo: float, hi: float, *, integer: bool = False):
@@ -83,9 +91,11 @@ def _workloads(corrupt: bool = True):
         "engine": st.sampled_from(["vllm", "tgi", "hf", "TRT-LLM", "mii", "deepspeed_mii", "transformers"]),
         "gpu_memory_utilization": number(0.05, 1.0),
     }, optional={
-        "qps": number(1e-6, 1e5),
-        "concurrency": number(0.001, 65536),
+        # tiny and huge rates too: below the 1e-9 floor they must be refused, never give inf (issue 26)
+        "qps": st.one_of(number(1e-6, 1e5), EXTREME_QPS),
+        "concurrency": st.one_of(number(0.001, 65536), st.sampled_from([65536.0, 4096.0])),
         "num_requests": number(1, 1e9, integer=True),
+        "tp": st.sampled_from([1, 2, 4, 8]),
     }).map(shape)
     return corruptible(clean, extra_keys=("batch_size",)) if corrupt else clean
 
@@ -170,6 +180,17 @@ def _check(gpu_data, llm_builder, wl_data) -> None:
     assert p.effective_batch >= 1 and 0 < p.busy_fraction <= 1
     for iv in p.power_intervals + p.itl_intervals:
         assert math.isfinite(iv.low) and math.isfinite(iv.high) and 0 < iv.low <= iv.high
+    _check_consistent(p, wl.output_tokens)
+
+
+def _check_consistent(p, output_tokens: int) -> None:
+    """Issue 26: throughput ≤ batch ÷ ITL (within the fixed point's tolerance) and ≤ capacity by construction;
+    utilization > 1 only when overloaded."""
+    assert p.throughput_tok_s <= p.effective_batch / p.itl_s * (1 + 1e-5), (p.throughput_tok_s, p.effective_batch, p.itl_s)
+    assert p.max_qps is not None and math.isfinite(p.max_qps)
+    assert p.throughput_tok_s <= p.max_qps * output_tokens * (1 + 1e-6)
+    assert p.utilization is not None and math.isfinite(p.utilization)
+    assert p.utilization <= 1 + 1e-9 or p.overloaded, (p.utilization, p.overloaded)
 
 
 @SETTINGS
@@ -219,3 +240,129 @@ def test_predict_many_matches_single(rows):
     for t, p in zip(triples, many):
         one = PRED.predict_specs([t])[0]
         assert (p.power_w, p.itl_s, p.throughput_tok_s) == (one.power_w, one.itl_s, one.throughput_tok_s)
+
+
+# ---- the surfaces added since round 2 (issue 26): fleets, quantisation configs, heads, model bundles
+@settings(max_examples=max(20, EXAMPLES // 5), deadline=None, database=None)
+@given(gpu=st.sampled_from(CAT.gpus), llm=st.sampled_from(CAT.llms),
+       qps=st.one_of(number(1e-3, 1e4), EXTREME_QPS), replicas=st.one_of(st.just("auto"), st.integers(1, 64)),
+       tp=st.sampled_from([1, 2, 4, 8]), sla=st.one_of(st.none(), number(1.0, 500.0)))
+def test_fleets_are_consistent(gpu, llm, qps, replicas, tp, sla):
+    """rank with replicas: a clean refusal, or candidates whose replica throughput stays within batch ÷ ITL
+    and capacity, with the fixed point solved (no 'did not converge') and every figure finite."""
+    try:
+        res = rank(llm, Workload(kind="server", qps=qps, tp=tp), gpus=[gpu], replicas=replicas, max_itl_ms=sla)
+    except WattGPUError as exc:
+        assert str(exc) and "\n" not in str(exc)
+        event("refused")
+        return
+    event(f"candidates {len(res.candidates)}")
+    for c in res.candidates:
+        assert c.throughput_tok_s <= c.effective_batch / c.itl_s * (1 + 1e-5)
+        assert c.max_qps is not None and c.throughput_tok_s <= c.max_qps * res.workload.output_tokens * (1 + 1e-6)
+        assert c.utilization is not None and c.utilization <= 1 + 1e-9
+        assert all(math.isfinite(v) for v in (c.power_w, c.itl_s, c.fleet_power_w, c.j_per_token))
+        assert all(math.isfinite(v) for v in c.energy.values() if isinstance(v, (int, float)))
+        assert not any("did not converge" in w for w in c.warnings), c.warnings
+
+
+BITS = st.one_of(st.integers(-16, 64), st.floats(allow_nan=True, allow_infinity=True), st.booleans(), st.text(max_size=3),
+                 st.none())
+
+
+@SETTINGS
+@given(method=st.sampled_from(["gptq", "awq", "bitsandbytes", "compressed-tensors", "fp8", "", "quark"]),
+       key=st.sampled_from(["bits", "w_bit", "num_bits"]), bits=BITS, gpu=st.sampled_from(CAT.gpus))
+def test_quantisation_bits_are_a_positive_width_or_refused_by_name(method, key, bits, gpu):
+    qc = ({"quant_method": method, "config_groups": {"g": {"weights": {"num_bits": bits}}}}
+          if method == "compressed-tensors" else {"quant_method": method, key: bits})
+    cfg = {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+           "num_key_value_heads": 8, "vocab_size": 32000, "quantization_config": qc}
+    valid = isinstance(bits, int) and not isinstance(bits, bool) and 1 <= bits <= 16
+    try:
+        llm = llm_from_hf_config(cfg, name="hypothesis/quant")
+    except WattGPUError as exc:
+        assert bits is not None and not valid, (qc, exc)
+        assert "quantization_config" in str(exc), str(exc)
+        return
+    assert valid or bits is None, f"bits {bits!r} accepted as {llm.weight_bytes_per_param} bytes/param"
+    assert 0 < llm.weight_bytes_per_param <= 4
+    _check(gpu, lambda: llm, {"kind": "offline", "max_batch": 8})
+
+
+@SETTINGS
+@given(heads=st.integers(1, 256), kv=st.integers(-4, 300), gpu=st.sampled_from(CAT.gpus))
+def test_kv_heads_must_divide_attention_heads(heads, kv, gpu):
+    cfg = {"model_type": "llama", "num_hidden_layers": 16, "hidden_size": 128 * heads, "num_attention_heads": heads,
+           "num_key_value_heads": kv, "vocab_size": 32000, "intermediate_size": 4096}
+    try:
+        llm = llm_from_hf_config(cfg, name="hypothesis/heads")
+    except WattGPUError as exc:
+        assert kv < 1 or kv > heads or heads % kv, (heads, kv, exc)
+        return
+    assert llm.num_attention_heads % llm.num_kv_heads == 0
+    _check(gpu, lambda: llm, {"kind": "offline"})
+
+
+@SETTINGS
+@given(pattern=st.text(st.sampled_from("M*-"), min_size=1, max_size=64))
+def test_hybrid_patterns_without_attention_are_refused(pattern):
+    cfg = {"model_type": "nemotron_h", "num_hidden_layers": len(pattern), "hidden_size": 1024,
+           "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 32000, "intermediate_size": 4096,
+           "hybrid_override_pattern": pattern}
+    try:
+        p = PRED.predict("NVIDIA H100 SXM5 80GB", llm_from_hf_config(cfg, name="hypothesis/hybrid"))
+    except WattGPUError as exc:
+        event(type(exc).__name__)
+        assert "*" not in pattern or "pattern" in str(exc) or "fit" in str(exc), str(exc)
+        return
+    assert "*" in pattern, f"a pattern without attention ({pattern!r}) predicted {p.power_w} W"
+
+
+MANIFEST = json.loads((Path(wattgpu.__file__).parent / "models" / "feature_schema.json").read_text())
+
+
+def _paths(node, prefix=()):
+    """Every JSON path of the manifest (the free-form maps included)."""
+    yield prefix
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for k, v in items:
+        yield from _paths(v, (*prefix, k))
+
+
+MANIFEST_PATHS = [p for p in _paths(MANIFEST) if p]
+MANIFEST_VALUES = st.one_of(HOSTILE, ANY_NUMBER, st.sampled_from(["1", "Infinity", [0.5, math.inf], [math.nan, 1],
+                                                                  [[[[]]]], {"x": 1}, 10**400, -10**400]))
+
+
+@settings(max_examples=max(30, EXAMPLES // 3), deadline=None, database=None)
+@given(path=st.sampled_from(MANIFEST_PATHS), value=MANIFEST_VALUES, drop=st.booleans())
+def test_a_mutated_bundle_manifest_is_refused_or_still_physical(tmp_path_factory, path, value, drop):
+    """Any one key of the manifest replaced (or removed): an ArtifactError, or predictions that are finite,
+    physical and carry finite intervals. Never a traceback, a hang or an infinite interval."""
+    b = tmp_path_factory.mktemp("bundle")
+    for f in (Path(wattgpu.__file__).parent / "models").iterdir():
+        shutil.copy(f, b / f.name)
+    doc = copy.deepcopy(MANIFEST)
+    node = doc
+    for k in path[:-1]:
+        node = node[k]
+    if drop and isinstance(node, dict):
+        del node[path[-1]]
+    else:
+        node[path[-1]] = value
+    (b / "feature_schema.json").write_text(json.dumps(doc))  # allow_nan: Infinity/NaN literals reach the reader
+    try:
+        pred = Predictor(models=b)
+        p = pred.predict("NVIDIA A30", CAT.llms[0])
+    except ArtifactError as exc:
+        assert str(exc) and "\n" not in str(exc)
+        event("refused")
+        return
+    except WattGPUError as exc:  # a valid bundle whose domain/catalog changes what can be predicted
+        event(f"row error {type(exc).__name__}")
+        return
+    event("predicted")
+    _check(CAT.gpu("NVIDIA A30"), lambda: CAT.llms[0], {"kind": "offline"})
+    for iv in p.power_intervals + p.itl_intervals:
+        assert math.isfinite(iv.low) and math.isfinite(iv.high) and 0 < iv.low <= iv.high, iv

@@ -111,10 +111,266 @@ def make_fixtures(d: Path) -> dict[str, str]:
     lines.append(f"{LLM},NVIDIA A30,,,,,,,")
     (d / "mixed.csv").write_text("\n".join(lines) + "\n")
     (d / "allbad.csv").write_text("llm,gpu\nx,y\n,A30\n")
+    make_new_surface_fixtures(d)
     out = {p.name: str(p) for p in d.iterdir()}
     out["long"] = str(d / ("n" * 300 + ".json"))
     out["devzero"] = "/dev/zero"
     return out
+
+
+# ------------------------------------------------------------------ new surfaces (issue 26): bundles, TP, fleets,
+# extreme workloads, quantisation configs
+BUNDLE_FILES = ("feature_schema.json", "specs.json", "power.onnx", "itl.onnx")
+# manifest damage: (name, JSON path, replacement text) — every one must be refused as a damaged bundle (exit 3)
+MANIFEST_DAMAGE: list[tuple[str, tuple[str, ...], str]] = [
+    ("version-str", ("schema_version",), '"1"'), ("version-float", ("schema_version",), "1.0"),
+    ("version-bool", ("schema_version",), "true"), ("version-null", ("schema_version",), "null"),
+    ("version-99", ("schema_version",), "99"), ("version-huge", ("schema_version",), "9" * 400),
+    ("interval-inf", ("intervals", "itl", "factors", "80"), "[0.5, 1e999]"),
+    ("interval-Infinity", ("intervals", "itl", "factors", "80"), "[0.5, Infinity]"),
+    ("interval-nan", ("intervals", "power", "factors", "95"), "[NaN, 2]"),
+    ("interval-huge", ("intervals", "itl", "factors", "80"), "[0.5, 1e300]"),
+    ("interval-inverted", ("intervals", "itl", "factors", "80"), "[2, 0.5]"),
+    ("interval-zero", ("intervals", "itl", "factors", "80"), "[0, 2]"),
+    ("interval-level", ("intervals", "itl", "factors"), '{"150": [0.5, 2]}'),
+    ("interval-str", ("intervals", "itl", "factors", "80"), '["0.5", "2"]'),
+    ("parity-neg", ("models", "itl", "parity_rtol"), "-1"), ("parity-inf", ("models", "power", "parity_max_rel_diff"), "1e999"),
+    ("params-range-inf", ("domain", "llm_params_b"), "[0, 1e999]"), ("gpu-range-neg", ("domain", "gpu_ranges", "tdp_w"), "[-5, 700]"),
+    ("tp-range-zero", ("domain", "tp_range"), "[0, 8]"), ("rows-neg", ("training", "targets", "power", "rows"), "-3"),
+    ("rows-bool", ("training", "targets", "power", "rows"), "true"), ("models-list", ("models",), "[]"),
+    ("features-empty", ("models", "itl", "features"), "[]"), ("file-path", ("models", "itl", "file"), '"../itl.onnx"'),
+    ("sha-short", ("catalog", "sha256"), '"abc"'), ("deep-value", ("producer", "python"), "[" * 3000 + "]" * 3000),
+]
+
+
+def _json_path_set(doc: dict[str, Any], path: tuple[str, ...], marker: str) -> None:
+    node: Any = doc
+    for k in path[:-1]:
+        node = node[k]
+    node[path[-1]] = marker
+
+
+def make_new_surface_fixtures(d: Path) -> None:
+    """Damaged copies of the packaged bundle, hostile HF configs and what-if GPUs (synthetic, test-only)."""
+    import hashlib
+    import shutil
+
+    packaged = ROOT / "runtime" / "wattgpu" / "models"
+    bundles = d / "bundles"
+    bundles.mkdir(exist_ok=True)
+
+    def copy(name: str) -> Path:
+        b = bundles / name
+        if not b.exists():
+            shutil.copytree(packaged, b)
+        return b
+
+    manifest = json.loads((packaged / "feature_schema.json").read_text())
+    for name, path, text in MANIFEST_DAMAGE:
+        m = json.loads(json.dumps(manifest))
+        _json_path_set(m, path, "__HOSTILE__")
+        (copy(f"m-{name}") / "feature_schema.json").write_text(json.dumps(m).replace('"__HOSTILE__"', text))
+    for f in BUNDLE_FILES:
+        tag = f.split(".")[0]
+        b = copy(f"fifo-{tag}")
+        (b / f).unlink()
+        os.mkfifo(b / f)
+        b = copy(f"zero-{tag}")
+        (b / f).unlink()
+        (b / f).symlink_to("/dev/zero")
+        b = copy(f"dir-{tag}")
+        (b / f).unlink()
+        (b / f).mkdir()
+        b = copy(f"missing-{tag}")
+        (b / f).unlink()
+        b = copy(f"trunc-{tag}")
+        (b / f).write_bytes((b / f).read_bytes()[:100])
+        b = copy(f"loop-{tag}")
+        (b / f).unlink()
+        (b / f).symlink_to(b / f)
+    (copy("deep-manifest") / "feature_schema.json").write_text("[" * 50_000 + "]" * 50_000)
+    (copy("deep-manifest-obj") / "feature_schema.json").write_text('{"a":' * 20_000 + "1" + "}" * 20_000)
+    (copy("utf32-manifest") / "feature_schema.json").write_bytes(json.dumps(manifest).encode("utf-32"))
+    (copy("nul-manifest") / "feature_schema.json").write_bytes(b"\x00" * 64)
+    for name, body in (("deep-catalog", b'{"gpus": ' + b"[" * 50_000 + b"]" * 50_000 + b"}"),
+                       ("nan-catalog", b'{"catalog_version": NaN}'), ("array-catalog", b"[1, 2]"),
+                       ("binary-catalog", bytes(range(256)) * 4)):
+        b = copy(name)
+        (b / "specs.json").write_bytes(body)
+        m = json.loads(json.dumps(manifest))
+        m["catalog"]["sha256"] = hashlib.sha256(body).hexdigest()  # consistent hashes: only the content is hostile
+        (b / "feature_schema.json").write_text(json.dumps(m))
+    # Hugging Face configs (quantisation, heads, experts, Mamba patterns, encodings)
+    cfgs = d / "cfgs"
+    cfgs.mkdir(exist_ok=True)
+    hostile_cfgs: dict[str, dict[str, Any]] = {
+        "bits0": {"quantization_config": {"quant_method": "gptq", "bits": 0}},
+        "bits-4": {"quantization_config": {"quant_method": "gptq", "bits": -4}},
+        "bits4.5": {"quantization_config": {"quant_method": "gptq", "bits": 4.5}},
+        "bits-str": {"quantization_config": {"quant_method": "awq", "w_bit": "4"}},
+        "bits-true": {"quantization_config": {"quant_method": "gptq", "bits": True}},
+        "bits-1000": {"quantization_config": {"quant_method": "gptq", "bits": 1000}},
+        "ct-bits0": {"quantization_config": {"quant_method": "compressed-tensors",
+                                             "config_groups": {"g": {"weights": {"num_bits": 0}}}}},
+        "ct-bits-neg": {"quantization_config": {"quant_method": "compressed-tensors",
+                                                "config_groups": {"g": {"weights": {"num_bits": -8}}}}},
+        "kv6": {"num_key_value_heads": 6}, "kv5": {"num_key_value_heads": 5, "num_attention_heads": 32},
+        "kv0": {"num_key_value_heads": 0}, "kv-neg": {"num_key_value_heads": -8},
+        "mamba-pure": {"model_type": "nemotron_h", "hybrid_override_pattern": "M" * 32},
+        "mamba-mlp": {"model_type": "nemotron_h", "hybrid_override_pattern": "M-" * 16},
+        "mamba-short": {"model_type": "nemotron_h", "hybrid_override_pattern": "M*"},
+        "experts-100k": {"model_type": "mixtral", "num_local_experts": 100_000, "num_experts_per_tok": 2},
+        "experts-over": {"model_type": "mixtral", "num_local_experts": 100_001, "num_experts_per_tok": 2},
+        "experts-topk": {"model_type": "mixtral", "num_local_experts": 8, "num_experts_per_tok": 9},
+    }
+    for name, change in hostile_cfgs.items():
+        (cfgs / f"{name}.json").write_text(json.dumps({**HF_OK, **change}))
+    for enc in ("utf-32", "utf-32-le", "utf-32-be"):
+        (cfgs / f"{enc}.json").write_bytes(json.dumps(HF_OK).encode(enc))
+        (cfgs / f"{enc}.csv").write_bytes(f"llm,gpu\n{LLM},NVIDIA A30\n".encode(enc))
+    # what-if GPUs for tensor parallelism over slow links (synthetic specs)
+    gpus = d / "gpus"
+    gpus.mkdir(exist_ok=True)
+    for name, extra in (("nvlink1", {"nvlink_gb_s": 1, "nvlink_group": 8}),
+                        ("pcie1x1", {"nvlink_group": 0, "pcie_gen": 1, "pcie_lanes": 1, "max_group": 8}),
+                        ("nvlink-fast", {"nvlink_gb_s": 100_000, "nvlink_group": 4096, "max_group": 4096})):
+        (gpus / f"{name}.json").write_text(json.dumps({**GPU_OK, "name": f"What-if {name}", "memory_size_gb": 80,
+                                                        **extra}))
+    # CSVs: closed-loop extremes, tiny rates, and a run against a damaged bundle
+    rows = ["llm,gpu,workload,qps,concurrency,max_batch,tp"]
+    for c in ("1", "65536", "4096", "0.5"):
+        for b in ("1", "16", "65536"):
+            rows.append(f"{LLM},NVIDIA H100 SXM5 80GB,closed_loop,,{c},{b},1")
+    for q in ("1e-320", "5e-324", "1e-300", "1e-9", "1e300", "1.7976931348623157e308"):
+        rows.append(f"{LLM},NVIDIA A30,server,{q},,256,1")
+        rows.append(f"{LLM},NVIDIA H100 SXM5 80GB,server,{q},,256,8")
+    (d / "extreme.csv").write_text("\n".join(rows) + "\n")
+
+
+def new_surface_cases(fx: dict[str, str]) -> list[Case]:
+    """Cases over model bundles, tensor parallelism, fleets, extreme workloads and quantisation (issue 26)."""
+    import wattgpu
+    from wattgpu import Predictor, Workload, rank
+    from wattgpu.batch import predict_csv
+
+    cases: list[Case] = []
+    d = Path(fx["ok.csv"]).parent
+    out_csv = str(d / "out.csv")
+    bundles = sorted(p.name for p in (d / "bundles").iterdir())
+    damaged = {"exit": 3, "error_class": "ArtifactError"}
+    for b in bundles:
+        path = str(d / "bundles" / b)
+        what = ("feature_schema.json", "specs.json", ".onnx", "manifest", "catalog", "bundle")
+        cases.append(Case(f"Predictor(models={b})", run=lambda q=path: Predictor(models=q).predict("A30", LLM),
+                          must_fail=True, expect=what, tags=damaged))
+        cases.append(Case(f"cli predict --models {b}", argv=["predict", "--llm", LLM, "--gpu", "A30", "--models", path],
+                          must_fail=True, expect=what, tags=damaged))
+        if b.startswith(("m-", "fifo-", "zero-", "deep-", "trunc-feature", "trunc-specs")):
+            for argv in (["rank", "--llm", LLM, "--gpus", "A30,H100"], ["gpus"], ["llms"],
+                         ["rank", "--llm", LLM, "--gpus", "A30", "--qps", "20", "--replicas", "auto"],
+                         ["predict", "--input", fx["ok.csv"], "--output", out_csv],
+                         ["predict", "--input", fx["ok.csv"], "--output", out_csv, "--on-error", "stop"]):
+                cases.append(Case(f"cli {' '.join(argv[:2])} --models {b}", argv=[*argv, "--models", path],
+                                  must_fail=True, expect=what, tags=damaged))
+    for b in ("fifo-feature_schema", "zero-power", "deep-manifest", "fifo-specs"):  # real processes: exit 3, no hang
+        path = str(d / "bundles" / b)
+        cases.append(Case(f"process predict --models {b}", argv=["predict", "--llm", LLM, "--gpu", "A30", "--models", path],
+                          subprocess=True, must_fail=True, expect=("feature_schema.json", "specs.json", ".onnx"),
+                          tags={"exit": 3}))
+        cases.append(Case(f"process csv --models {b}", argv=["predict", "--input", fx["ok.csv"], "--output", out_csv,
+                                                             "--models", path],
+                          subprocess=True, must_fail=True, expect=("feature_schema.json", "specs.json", ".onnx"),
+                          tags={"exit": 3}))
+    # quantisation, heads, experts, Mamba patterns, encodings
+    cfg_dir = d / "cfgs"
+    cfg_expect = ("quantization_config", "num_kv_heads", "num_key_value_heads", "Mamba", "experts", "num_experts",
+                  "hybrid_override_pattern", "UTF-32", "experts_per_tok")
+    for f in sorted(cfg_dir.iterdir()):
+        if f.suffix == ".csv":
+            cases.append(Case(f"cli --input {f.name}", argv=["predict", "--input", str(f), "--output", out_csv],
+                              must_fail=True, expect=("UTF-32",)))
+            continue
+        must = f.stem not in ("mamba-mlp",)
+        cases.append(Case(f"llm config {f.name}", run=lambda q=str(f): wattgpu.predict("H100", q), must_fail=must,
+                          expect=cfg_expect))
+        cases.append(Case(f"cli --llm {f.name}", argv=["predict", "--llm", str(f), "--gpu", "H100"], must_fail=must,
+                          expect=cfg_expect))
+    # tensor parallelism: degrees × GPUs (catalog and what-if slow links) × workloads
+    tp_gpus = ["A30", "H100", "GB200", "RTX A6000", *(str(p) for p in sorted((d / "gpus").iterdir()))]
+    for g in tp_gpus:
+        for tp in (1, 2, 3, 4, 8, 64, 1024):
+            for wl in ({}, {"kind": "server", "qps": 5.0}, {"kind": "closed_loop", "concurrency": 65536}):
+                cases.append(Case(f"predict tp={tp} {os.path.basename(g)[:20]} {wl.get('kind', 'offline')}",
+                                  run=lambda g=g, tp=tp, wl=wl: wattgpu.predict(g, LLM, tp=tp, **wl),
+                                  expect=("tp", "heads", "group", "fit", "link", "interconnect", "GPU")))
+        cases.append(Case(f"rank --tp auto {os.path.basename(g)[:20]}",
+                          run=lambda g=g: rank("deepseek-ai/DeepSeek-R1-0528", gpus=[g], tp="auto"),
+                          expect=("tp", "fit", "GPU")))
+    # fleets: replicas × rates × GPUs (the fixed point, throughput ≤ batch ÷ ITL, capacity)
+    for llm, gpus, tp in ((LLM, ["RTX A6000", "A30", "H100", "A10", "L4"], 1),
+                          ("meta-llama/Llama-3.1-8B-Instruct", ["RTX A6000"], 1),
+                          ("deepseek-ai/DeepSeek-R1-0528", ["GB200", "GB300"], 4)):
+        for qps in (1e-9, 0.3, 5.0, 20.0, 1000.0, 1e6):
+            for reps in ("auto", 1, 7):
+                cases.append(Case(f"rank {llm.split('/')[-1][:14]} qps={qps:g} replicas={reps} tp={tp}",
+                                  run=lambda llm=llm, gpus=gpus, qps=qps, reps=reps, tp=tp:
+                                  rank(llm, Workload(kind="server", qps=qps, tp=tp), gpus=gpus, replicas=reps),
+                                  expect=("replicas", "qps")))
+        cases.append(Case(f"cli rank {llm.split('/')[-1][:14]} --qps 20 --replicas auto",
+                          argv=["rank", "--llm", llm, "--gpus", ",".join(gpus), "--qps", "20", "--replicas", "auto",
+                                "--tp", str(tp)]))
+    for reps in ("0", "-1", "1.5", "1e400", "nan", "auto ", "1000001", "x"):
+        cases.append(Case(f"cli rank --replicas {reps!r}", argv=["rank", "--llm", LLM, "--gpus", "A30", "--qps", "1",
+                                                                 "--replicas", reps], expect=("replicas",)))
+    # extreme workloads through predict, rank and the CSV batch
+    for qps in ("1e-320", "5e-324", "1e-300", "1e-10", "1e-9", "1e300", "1.7976931348623157e308"):
+        for argv in (["predict", "--gpu", "A30"], ["rank", "--gpus", "A30,H100"],
+                     ["rank", "--gpus", "A30", "--replicas", "auto"], ["rank", "--gpus", "A30", "--replicas", "3"]):
+            cases.append(Case(f"cli {argv[0]} {' '.join(argv[3:])} --qps {qps}",
+                              argv=[*argv, "--llm", LLM, "--workload", "server", "--qps", qps],
+                              expect=("qps", "replicas")))
+        cases.append(Case(f"predict(qps={qps})", run=lambda q=float(qps): wattgpu.predict("A30", LLM, kind="server", qps=q),
+                          expect=("qps",)))
+    for conc in (1, 65536, 4096.5):
+        for mb in (1, 16, 65536):
+            cases.append(Case(f"closed loop {conc} clients, max_batch {mb}",
+                              run=lambda c=conc, b=mb: wattgpu.predict("H100", LLM, kind="closed_loop", concurrency=c,
+                                                                        max_batch=b), expect=("concurrency",)))
+    for it, ot in ((1, 1), (1_048_576, 1), (1, 1_048_576), (1_048_576, 1_048_576)):
+        cases.append(Case(f"tokens {it}->{ot}", run=lambda i=it, o=ot: wattgpu.predict("H100", LLM, input_tokens=i,
+                                                                                   output_tokens=o),
+                          expect=("input_tokens", "output_tokens", "fit", "context")))
+    cases.append(Case("csv extreme.csv", run=lambda: _csv_sane(fx["extreme.csv"], out_csv)))
+    # outputs that cannot be written
+    for p in ("/dev/full", str(d / "no" / "such" / "out.csv"), str(d / "no" / "plot.svg")):
+        if p.endswith(".svg"):
+            cases.append(Case(f"cli rank --plot {os.path.basename(p)} (missing folder)",
+                              argv=["rank", "--llm", LLM, "--gpus", "A30", "--plot", p], must_fail=True,
+                              expect=("folder", "does not exist")))
+        else:
+            cases.append(Case(f"cli --output {p[-20:]}", argv=["predict", "--input", fx["ok.csv"], "--output", p],
+                              must_fail=True, expect=("not a regular file", "does not exist", "folder", "full")))
+    return cases
+
+
+def _csv_sane(src: str, dst: str) -> Any:
+    """A batch run whose every predicted row is consistent (finite, utilization ≤ 1 unless overloaded)."""
+    import csv
+
+    from wattgpu.batch import predict_csv
+
+    summary = predict_csv(src, dst)
+    with open(dst, newline="", encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            if row["error"]:
+                continue
+            for k in ("power_w", "itl_s", "throughput_tok_s", "energy_per_token_j", "utilization", "max_qps"):
+                v = float(row[k])
+                if not math.isfinite(v):
+                    raise AssertionError(f"nonsense: {k} = {row[k]} on line {row}")
+            if float(row["utilization"]) > 1 + 1e-9 and row["overloaded"] != "true":
+                raise AssertionError(f"nonsense: utilization {row['utilization']} without overloaded")
+    return summary
 
 
 # ------------------------------------------------------------------ cases
@@ -289,6 +545,7 @@ def build_cases(fx: dict[str, str]) -> list[Case]:
                  ["predict", "--llm", LLM, "--gpu", fx["fifo"]], ["rank", "--llm", LLM, "--gpus", "A30"]):
         cases.append(Case(f"process {' '.join(argv[:5])[:40]}", argv=argv, subprocess=True,
                           expect=("max-batch", "max_batch", "fifo")))
+    cases.extend(new_surface_cases(fx))
     return cases
 
 
@@ -323,12 +580,35 @@ def _sane_prediction(p: Any) -> str | None:
     for k, v in vals.items():
         if not (isinstance(v, float) and math.isfinite(v) and v > 0):
             return f"{k} = {v!r}"
+    for k in ("system_s_per_token", "energy_per_request_j", "effective_batch", "busy_fraction"):
+        v = getattr(p, k)
+        if not (isinstance(v, float) and math.isfinite(v)):
+            return f"{k} = {v!r}"
+    for iv in (*p.power_intervals, *p.itl_intervals):
+        if not (math.isfinite(iv.low) and math.isfinite(iv.high) and 0 < iv.low <= iv.high):
+            return f"interval {iv!r}"
+    bad = _consistent(p.throughput_tok_s, p.effective_batch, p.itl_s, p.max_qps, p.utilization,
+                      p.overloaded, int(p.workload["output_tokens"]))
+    if bad:
+        return bad
     gpu = default_catalog().find_gpu(p.gpu)
     tdp = gpu.tdp_w if gpu is not None else None
     if tdp is not None and p.power_w > tdp * (1 + 1e-9):
         return f"power {p.power_w} W above TDP {tdp} W"
     if p.idle_power_w is not None and p.power_w < p.idle_power_w - 1e-9:
         return f"power {p.power_w} W below idle {p.idle_power_w} W"
+    return None
+
+
+def _consistent(tokens_s: float, batch: float, itl_s: float, max_qps: float | None, util: float | None,
+                overloaded: bool, output_tokens: int) -> str | None:
+    """Throughput ≤ batch ÷ ITL and ≤ capacity; utilization > 1 only when overloaded (issue 26)."""
+    if tokens_s > batch / itl_s * (1 + 1e-5):  # the fixed point is solved to 4e-6
+        return f"throughput {tokens_s:.6g} tok/s above batch / ITL {batch / itl_s:.6g}"
+    if max_qps is not None and tokens_s > max_qps * output_tokens * (1 + 1e-6):
+        return f"throughput {tokens_s:.6g} tok/s above capacity {max_qps * output_tokens:.6g}"
+    if util is not None and (not math.isfinite(util) or (util > 1 + 1e-9 and not overloaded)):
+        return f"utilization {util!r} without overloaded"
     return None
 
 
@@ -342,6 +622,17 @@ def check_result(value: Any) -> str | None:
         for c in value.candidates:
             if not (math.isfinite(c.power_w) and c.power_w > 0 and math.isfinite(c.itl_s) and c.itl_s > 0):
                 return f"rank candidate {c.gpu}: power {c.power_w}, itl {c.itl_s}"
+            figures = [c.throughput_tok_s, c.fleet_power_w, c.j_per_token,
+                       *(v for v in c.energy.values() if isinstance(v, (int, float)))]
+            if not all(math.isfinite(v) for v in figures):
+                return f"rank candidate {c.gpu}: non-finite figure in {figures}"
+            if any(not (math.isfinite(iv[0]) and math.isfinite(iv[1]))
+                   for iv in (*c.power_intervals.values(), *c.itl_intervals.values())):
+                return f"rank candidate {c.gpu}: non-finite interval"
+            bad = _consistent(c.throughput_tok_s, c.effective_batch, c.itl_s, c.max_qps, c.utilization, False,
+                              int(value.workload.output_tokens))
+            if bad:
+                return f"rank candidate {c.gpu}: {bad}"
         return None
     if isinstance(value, (list, tuple)):
         for v in value:
@@ -363,7 +654,12 @@ def classify_exception(case: Case, exc: BaseException) -> tuple[str, str]:
         return "memory blow-up", "MemoryError"
     if isinstance(exc, _Timeout):
         return "hang", msg
+    if isinstance(exc, AssertionError) and msg.startswith("nonsense: "):
+        return "nonsense", msg[10:210]
     if isinstance(exc, WattGPUError):
+        want = case.tags.get("error_class")
+        if want and type(exc).__name__ != want:
+            return "nonsense", f"{type(exc).__name__} where {want} is due: {msg[:150]}"
         if "\n" in msg or not msg.strip():
             return "vague message", "multi-line or empty message"
         if case.expect and not any(e.lower() in msg.lower() for e in case.expect):
@@ -384,6 +680,8 @@ def classify_cli(case: Case, rc: int | None, out: str, err: str) -> tuple[str, s
         if rc != want or "rows read" not in summary:
             return "nonsense", f"batch exit {rc} (want {want}): {summary[:150]}"
         return "sane result", summary[:200]
+    if case.tags.get("exit") is not None and rc != case.tags["exit"]:
+        return "nonsense", f"exit {rc} (want {case.tags['exit']}): {(lines or [''])[-1][:150]}"
     if rc in (2, 3):
         errs = [ln for ln in lines if ln.startswith("error:")]
         if len(errs) != 1 or len(lines) != 1:

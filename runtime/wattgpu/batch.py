@@ -20,15 +20,15 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import IO, Any, Callable, Iterator, Sequence
 
-from .errors import (ConfigFileError, ModelFitError, SpecValidationError, UnknownEntityError,
+from .errors import (ArtifactError, ConfigFileError, ModelFitError, SpecValidationError, UnknownEntityError,
                      UnsupportedModelError, WattGPUError)
-from .safeio import check_path_type, looks_utf16, open_regular
+from .safeio import check_path_type, open_regular, wide_encoding, write_problem
 from .workload import WORKLOAD_CHOICES, WORKLOAD_NUMBERS, Workload
 
 CHUNK_ROWS = 4096
 MAX_CSV_BYTES = 8 * 1024**3  # streamed, so this bounds run time rather than memory
 MAX_LINE_CHARS = 1 << 20
-UTF16_CSV = "is UTF-16 text; save the CSV as UTF-8"
+WIDE_CSV = "is {} text; save the CSV as UTF-8"
 MAX_COLUMNS = 256
 CACHE_LIMIT = 4096  # distinct names / workload cells remembered; cleared when exceeded (bounded memory)
 KIND_COLUMNS = ("workload", "kind")
@@ -115,8 +115,9 @@ def _lines(f: IO[str], path: str) -> Iterator[str]:
             raise ConfigFileError(path, f"line {n} is longer than {MAX_LINE_CHARS:,} characters; "
                                         "is this really a CSV file?")
         if "\x00" in line:
-            if n == 1 and looks_utf16(line):
-                raise ConfigFileError(path, UTF16_CSV)
+            wide = wide_encoding(line) if n == 1 else None
+            if wide:
+                raise ConfigFileError(path, WIDE_CSV.format(wide))
             raise ConfigFileError(path, f"line {n} contains NUL bytes (binary data); pass a text CSV file")
         yield line
 
@@ -205,6 +206,8 @@ def _resolve_stream(rows: Iterator[tuple[int, dict[str, str], str | None]], defa
         if hit is None:
             try:
                 hit = fn()
+            except ArtifactError:
+                raise  # a damaged install is no row's fault: the whole run stops with exit 3
             except WattGPUError as exc:
                 hit = exc
             cache.put(key, hit)
@@ -228,6 +231,8 @@ def _resolve_stream(rows: Iterator[tuple[int, dict[str, str], str | None]], defa
             triple = exc
         except SpecValidationError as exc:
             triple = RowError(line, _row_message(exc, wl_cols), exc)
+        except ArtifactError:
+            raise
         except WattGPUError as exc:
             triple = RowError(line, str(exc), exc)
         yield line, row, triple
@@ -247,6 +252,8 @@ def _predict_stream(rows: Iterator[tuple[int, dict[str, str], str | None]], defa
         out = {i: r for (i, _), r in zip(ok, results)}
         for i, (line, row, t) in enumerate(pending):
             r = out.get(i, t)
+            if isinstance(r, ArtifactError):
+                raise r
             if isinstance(r, WattGPUError) and not isinstance(r, RowError):
                 r = RowError(line, _row_message(r, wl_cols, row), r)
             yield line, row, r
@@ -402,14 +409,15 @@ def predict_csv(in_path: str, out_path: str, on_error: str = "skip", defaults: W
             os.replace(tmp, out)
             tmp = None
         except UnicodeDecodeError as exc:
-            if exc.start == 0 and looks_utf16(exc.object[:64]):
-                raise ConfigFileError(str(shown), UTF16_CSV) from None
+            wide = wide_encoding(exc.object[:64]) if exc.start == 0 else None
+            if wide:
+                raise ConfigFileError(str(shown), WIDE_CSV.format(wide)) from None
             raise ConfigFileError(str(shown), f"is not UTF-8 text (bad byte near offset {exc.start} of a line); "
                                               "save the CSV as UTF-8") from None
         except csv.Error as exc:
             raise ConfigFileError(str(shown), f"is not a readable CSV file ({' '.join(str(exc).split())})") from None
         except OSError as exc:
-            raise ConfigFileError(out, f"cannot write ({exc.strerror or exc.__class__.__name__})") from None
+            raise ConfigFileError(out, f"cannot write: {write_problem(exc)}") from None
         finally:
             if tmp is not None:
                 _remove(tmp)

@@ -20,13 +20,15 @@ out-of-range warnings). Free-form maps (hyperparameters, per-source row counts) 
 from __future__ import annotations
 
 import json
+import math
 import os
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from .errors import ArtifactError
+from .errors import ArtifactError, ConfigFileError
 from .features import REGISTRY
+from .safeio import parse_json_bytes, read_bounded
 from .specs import CATALOG_RESOURCE, Catalog, default_catalog, packaged_bytes
 from .targets import TARGETS, TRANSFORMS, UNITS
 
@@ -37,6 +39,9 @@ FORMAT_VERSION = 2  # 2: the ``calibration`` section (None, or the correction of
 SCHEMA_FILE = "feature_schema.json"  # the manifest
 PACKAGED = "wattgpu/models"
 META_PREFIX = "wattgpu."
+MAX_ARTIFACT_BYTES = 512 * 1024**2  # one bundle file (the packaged ONNX models are < 1 MB each)
+MAX_JSON_DEPTH = 64  # manifest and catalog nest at most a handful of levels
+REFIX = "re-export the models or reinstall wattgpu"
 
 # ---- the manifest, section by section: key -> (required?, check). Check raises on a bad value.
 MANIFEST_KEYS_V1 = ("schema_version", "recipe", "models", "catalog", "training", "intervals", "domain", "producer")
@@ -56,6 +61,7 @@ DOMAIN_OPTIONAL = ("tp_range",)  # tensor-parallel degrees in training; absent i
 DOMAIN_GPU_FIELDS = ("tdp_w", "memory_size_gb", "memory_bandwidth_gb_s", "fp16_tflops", "release_year")
 PRODUCER_KEYS = ("python", "xgboost", "onnx", "onnxmltools", "onnxruntime", "numpy")
 
+MAX_INTERVAL_FACTOR = 1e3  # an interval's high end at most 1000× the point prediction
 IntervalFactors = dict[str, tuple[tuple[float, float, float], ...]]
 
 
@@ -172,7 +178,17 @@ def _is_sha256(v: Any) -> bool:
 
 
 def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+    """A finite JSON number (true/false are not numbers)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # an integer too large for a float (10**400)
+        return False
+
+
+def _is_count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
 def _is_range(v: Any) -> bool:
@@ -185,13 +201,13 @@ def _is_str_list(v: Any) -> bool:
 
 def read_manifest(raw: bytes, origin: str = SCHEMA_FILE) -> FeatureSchema:
     """Parse a manifest of any version this runtime reads; other versions are refused by name."""
-    try:
-        data = json.loads(raw)
-    except ValueError as exc:
-        raise ArtifactError(f"{origin}: not valid JSON ({exc}); re-export the models or reinstall wattgpu") from None
+    data = _parse_json(raw, origin, "model manifest")
     if not isinstance(data, dict):
-        raise ArtifactError(f"{origin}: expected a JSON object; re-export the models or reinstall wattgpu")
+        raise ArtifactError(f"{origin}: expected a JSON object; {REFIX}")
     version = data.get("schema_version")
+    if "schema_version" in data and (isinstance(version, bool) or not isinstance(version, int)):
+        raise ArtifactError(f"{origin}: schema_version = {_short(version)} is a JSON {_json_type(version)}, "
+                            f"not an integer (the format version, e.g. {FORMAT_VERSION}); {REFIX}")
     reader = READERS.get(version) if isinstance(version, int) and not isinstance(version, bool) else None
     if reader is None:
         made = f"made by format version {version}" if "schema_version" in data else "has no schema_version"
@@ -199,6 +215,19 @@ def read_manifest(raw: bytes, origin: str = SCHEMA_FILE) -> FeatureSchema:
                             f"{', '.join(map(str, sorted(READERS)))} — use the wattgpu version that made it, "
                             "or re-export the models with this one")
     return reader(data, _Reader(origin))
+
+
+def _json_type(v: Any) -> str:
+    return ("boolean" if isinstance(v, bool) else "string" if isinstance(v, str) else "null" if v is None
+            else "array" if isinstance(v, list) else "object" if isinstance(v, dict) else "number")
+
+
+def _parse_json(raw: bytes, origin: str, what: str) -> Any:
+    """Strict, bounded JSON of a bundle file (depth, encodings, non-finite numbers) as ArtifactError."""
+    try:
+        return parse_json_bytes(raw, origin, what, max_depth=MAX_JSON_DEPTH)
+    except ConfigFileError as exc:
+        raise ArtifactError(f"{origin}: {exc.problem.split('; ')[0]}; {REFIX}") from None
 
 
 def _read_v1(data: Mapping[str, Any], r: _Reader, keys: tuple[str, ...] = MANIFEST_KEYS_V1) -> FeatureSchema:
@@ -224,10 +253,10 @@ def _read_v1(data: Mapping[str, Any], r: _Reader, keys: tuple[str, ...] = MANIFE
             raise r.fail(f"{where}.transform", f"= {transform!r} is an unknown target transform")
         r.value(m, "xgboost_params", where, lambda v: isinstance(v, dict), "a JSON object (free-form)")
         for k in ("parity_max_rel_diff", "parity_rtol"):
-            r.value(m, k, where, _is_number, "a number")
+            r.value(m, k, where, lambda v: _is_number(v) and v >= 0, "a finite number ≥ 0")
         models[target] = ModelSchema(target=target, file=r.file_name(m, "file", where), sha256=r.digest(m, "sha256", where),
                                      features=tuple(feats), transform=transform,
-                                     unit=r.value(m, "unit", where, UNITS[target].__eq__, UNITS[target]),
+                                     unit=r.value(m, "unit", where, lambda v, u=UNITS[target]: v == u, UNITS[target]),
                                      input_name=r.text(m, "input_name", where))
     missing = [t for t in TARGETS if t not in models]
     if missing:
@@ -248,8 +277,8 @@ def _training(t: Any, r: _Reader, models: Mapping[str, ModelSchema]) -> Mapping[
     for target, s in r.map_of(t["targets"], "training.targets").items():
         where = f"training.targets.{target}"
         r.keys(s, where, TRAINING_TARGET_KEYS)
-        r.value(s, "rows", where, lambda v: isinstance(v, int) and v >= 0, "a row count")
-        r.value(s, "llms", where, lambda v: isinstance(v, int) and v >= 0, "an LLM count")
+        r.value(s, "rows", where, _is_count, "a row count")
+        r.value(s, "llms", where, _is_count, "an LLM count")
         r.value(s, "gpus", where, _is_str_list, "a list of GPU names")
         r.value(s, "sources", where, lambda v: isinstance(v, dict), "a JSON object (free-form: source -> rows)")
         r.digest(s, "records_sha256", where)
@@ -270,25 +299,28 @@ def _intervals(iv: Any, r: _Reader, models: Mapping[str, ModelSchema]) -> Mappin
             raise r.fail("intervals", f"has key {target!r}, which is not a model of this bundle")
         r.keys(spec, where, INTERVAL_KEYS)
         r.text(spec, "method", where)
-        r.value(spec, "n_residuals", where, lambda v: isinstance(v, int) and v >= 0, "a count")
+        r.value(spec, "n_residuals", where, _is_count, "a count")
         for level, pair in r.map_of(spec["factors"], f"{where}.factors").items():
             if not (level.isdigit() and 0 < int(level) < 100):
                 raise r.fail(f"{where}.factors", f"has key {level!r}; expected a coverage level in percent")
-            if not (_is_range(pair) and pair[0] > 0):
-                raise r.fail(f"{where}.factors.{level}", f"= {_short(pair)} is invalid; expected [low, high] factors")
+            # a biased model may calibrate an interval that misses its point (low > 1): allowed, but never
+            # an empty, non-positive, infinite or absurd one
+            if not (_is_range(pair) and 0 < pair[0] and pair[1] <= MAX_INTERVAL_FACTOR):
+                raise r.fail(f"{where}.factors.{level}", f"= {_short(pair)} is invalid; expected finite [low, high] "
+                                                         f"factors with 0 < low ≤ high ≤ {MAX_INTERVAL_FACTOR:g}")
     return iv
 
 
 def _domain(d: Any, r: _Reader) -> Mapping[str, Any]:
     r.keys(d, "domain", DOMAIN_KEYS + DOMAIN_OPTIONAL, optional=DOMAIN_OPTIONAL)
     if "tp_range" in d:
-        r.value(d, "tp_range", "domain", _is_range, "[low, high] tensor-parallel degrees")
+        r.value(d, "tp_range", "domain", lambda v: _is_range(v) and v[0] >= 1, "[low, high] tensor-parallel degrees ≥ 1")
     for field_name, rng in r.map_of(d["gpu_ranges"], "domain.gpu_ranges").items():
         if field_name not in DOMAIN_GPU_FIELDS:
             raise r.fail("domain.gpu_ranges", f"has unknown key {field_name!r} (expected {', '.join(DOMAIN_GPU_FIELDS)})")
-        if not _is_range(rng):
-            raise r.fail(f"domain.gpu_ranges.{field_name}", f"= {_short(rng)} is invalid; expected [low, high]")
-    r.value(d, "llm_params_b", "domain", _is_range, "[low, high] billions of parameters")
+        if not (_is_range(rng) and rng[0] >= 0):
+            raise r.fail(f"domain.gpu_ranges.{field_name}", f"= {_short(rng)} is invalid; expected finite [low, high] ≥ 0")
+    r.value(d, "llm_params_b", "domain", lambda v: _is_range(v) and v[0] >= 0, "finite [low, high] billions of parameters")
     for k in ("arch_classes", "kinds", "engines", "gpus"):
         r.value(d, k, "domain", _is_str_list, "a list of names")
     for k in ("moe_seen", "quantized_seen"):
@@ -396,7 +428,11 @@ class ModelBundle:
         try:
             if self.path is None:
                 return packaged_bytes(name)
-            return (self.path / name).read_bytes()
+            # regular files only, bounded: a FIFO would hang, a link to /dev/zero would fill memory
+            return read_bounded(self.path / name, what="model bundle file", max_bytes=MAX_ARTIFACT_BYTES)
+        except ConfigFileError as exc:
+            raise ArtifactError(f"{self.label(name)}: cannot read model artifact: {exc.problem.split('; ')[0]}; "
+                                "reinstall wattgpu or re-export the models") from None
         except (FileNotFoundError, IsADirectoryError, OSError) as exc:
             raise ArtifactError(f"{self.label(name)}: cannot read model artifact ({exc.__class__.__name__}); "
                                 "reinstall wattgpu or re-export the models") from None
@@ -434,14 +470,16 @@ class ModelBundle:
         """The bundle's catalog as its JSON document (hash-verified), with per-row facts and sources."""
         raw = self.read_verified(self.schema.catalog_file, self.schema.catalog_sha256,
                                  "the catalog was modified — reinstall or re-export")
-        try:
-            data = json.loads(raw)
-        except ValueError as exc:
-            raise ArtifactError(f"{self.label(self.schema.catalog_file)}: not valid JSON ({exc}); "
-                                "reinstall or re-export") from None
+        data = _parse_json(raw, self.label(self.schema.catalog_file), "catalog")
         if not isinstance(data, dict):
             raise ArtifactError(f"{self.label(self.schema.catalog_file)}: expected a JSON object; reinstall or re-export")
         return data
+
+    def verify(self) -> None:
+        """Check every file of the bundle (manifest, catalog, each model's sha256) without loading onnxruntime:
+        commands that only read the catalog still refuse a damaged bundle (ArtifactError, exit 3)."""
+        for m in self.schema.models.values():
+            self.read_verified(m.file, m.sha256, "(tampered, truncated or from another export); reinstall or re-export")
 
     @property
     def interval_factors(self) -> IntervalFactors:
@@ -473,6 +511,10 @@ class ModelBundle:
         except Exception as exc:  # onnxruntime raises its own exception types
             raise ArtifactError(f"{self.label(m.file)}: onnxruntime cannot load it ({exc.__class__.__name__})") from None
         check_onnx_metadata(sess.get_modelmeta().custom_metadata_map, self.schema, m, self.label(m.file))
+        inputs = [i.name for i in sess.get_inputs()]
+        if inputs != [m.input_name]:  # evaluating under another name fails inside onnxruntime
+            raise ArtifactError(f"{self.label(m.file)}: its input is {inputs!r:.60}, not the manifest's input_name "
+                                f"{m.input_name!r:.60}; re-export")
         return sess
 
 

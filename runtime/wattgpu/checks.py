@@ -181,10 +181,14 @@ def server_warnings(gpu: GpuSpec, mix: Mapping[str, Any]) -> Iterable[str]:
 
 
 def capacity_warnings(gpu: GpuSpec, wl: Workload, overloaded: bool, max_qps: float, fit_batch: int,
-                      max_concurrency: int) -> Iterable[str]:
-    """The overload state, and a closed loop (or fixed concurrency) cut by KV memory."""
+                      max_concurrency: int, saturated: bool = False) -> Iterable[str]:
+    """The overload state, a closed loop at capacity (``saturated``), and a closed loop (or fixed
+    concurrency) cut by KV memory."""
     if overloaded:
         yield capacity.overload_message(float(wl.qps or 0.0), max_qps)
+    if saturated and wl.kind == "closed_loop":
+        yield (f"closed loop saturated: {wl.concurrency:g} clients keep {gpu.name} at its capacity "
+               f"({max_qps:.4g} req/s); more clients only wait longer in the queue")
     fit = max(fit_batch, 1)
     if wl.concurrency is not None and wl.concurrency > fit:
         yield (f"concurrency {wl.concurrency:g} cut to {fit} sequences: the KV cache of more "

@@ -31,6 +31,12 @@ def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
             fail(exc, exc.exit_code)
         except (BrokenPipeError, KeyboardInterrupt):
             sys.exit(130)
+        except OSError as exc:
+            from .safeio import WRITE_ERRNOS, write_problem
+
+            if exc.errno not in WRITE_ERRNOS:  # not an output that cannot be written: a bug
+                fail(f"internal error ({exc.__class__.__name__}: {exc}); please report it", 70)
+            fail(f"cannot write the output: {write_problem(exc)}", 2)  # e.g. stdout redirected to /dev/full
         except Exception as exc:  # a bug: still one line, different status
             fail(f"internal error ({exc.__class__.__name__}: {exc}); please report it", 70)
     return wrapper
@@ -317,7 +323,9 @@ def rank_cmd(llm: str, max_itl_ms: float | None, strict: bool, gpus: str | None,
         except OSError as exc:
             from .errors import WattGPUError
 
-            raise WattGPUError(f"--plot {plot_path}: cannot write ({exc.strerror or exc.__class__.__name__})") from None
+            from .safeio import write_problem
+
+            raise WattGPUError(f"--plot {plot_path}: cannot write: {write_problem(exc)}") from None
     if as_json:
         click.echo(json.dumps(res.to_dict(), indent=2, sort_keys=True))
         return
@@ -395,7 +403,9 @@ def gpus(as_json: bool, models: str | None) -> None:
     """List the catalog GPUs (hash-verified like predict): specs, aliases, idle power measured or estimated."""
     from .listing import gpu_rows
 
-    rows = gpu_rows(_predictor(models).bundle)
+    pred = _predictor(models)
+    pred.bundle.verify()  # a damaged bundle is exit 3 here too, though listing reads only its catalog
+    rows = gpu_rows(pred.bundle)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -500,7 +510,9 @@ def _print_calibration(cal: Any, runs: Any, out_dir: str) -> None:
 @guarded
 def llms(as_json: bool, models: str | None) -> None:
     """List the catalog LLMs."""
-    cat = _predictor(models).catalog
+    pred = _predictor(models)
+    pred.bundle.verify()
+    cat = pred.catalog
     if as_json:
         out = [m.to_dict() for m in cat.llms]
         out += [{"name": n, "unsupported_reason": why} for n, why in cat.unsupported_llms]

@@ -23,7 +23,7 @@ from . import features as F
 from .errors import WattGPUError
 from .prediction import Prediction
 from .specs import GpuSpec, LlmSpec
-from .workload import Workload
+from .workload import MIN_QPS, Workload
 
 EVEN_SPLIT = ("load split evenly: each of n independent replicas (one GPU or one tensor-parallel group) receives "
               "qps / n Poisson requests/s; fleet power = n × replica power")
@@ -55,6 +55,9 @@ def plan(predictor: Any, llm: LlmSpec, gpus: Sequence[GpuSpec], wl: Workload, re
 
     ``wl`` must be a server workload (its ``qps`` is the fleet's total rate)."""
     total = float(wl.qps)  # type: ignore[arg-type]
+    if replicas != "auto" and total / int(replicas) < MIN_QPS:
+        raise WattGPUError(f"replicas = {replicas} splits qps {total:g} into {total / int(replicas):.3g} requests/s per "
+                           f"replica, below the smallest rate accepted ({MIN_QPS:g} requests/s); use fewer replicas")
     triples = [(g, llm, wl) for g in gpus]
     first = predictor.predict_specs_safe(triples)
     ok = [i for i, r in enumerate(first) if not isinstance(r, WattGPUError)]

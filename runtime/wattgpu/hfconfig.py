@@ -157,6 +157,9 @@ def _arch_class(family: str, cfg: Mapping[str, Any], is_moe: bool) -> str:
         return "rnn_rwkv"
     if family in ("mamba", "mamba2", "falcon_mamba"):
         return "ssm_mamba"
+    pattern = cfg.get("hybrid_override_pattern")
+    if isinstance(pattern, str) and pattern and "*" not in pattern and "M" in pattern:
+        return "ssm_mamba"  # a hybrid pattern without one attention layer ("MMM…"): no KV cache, refused as such
     if family in ("nemotron_h", "jamba", "zamba", "zamba2", "falcon_h1", "granitemoehybrid") \
             or "hybrid_override_pattern" in cfg:
         return "hybrid_mamba_transformer"
@@ -436,6 +439,9 @@ def llm_from_hf_config(config: Mapping[str, Any], name: str, source: str = "user
         if len(pattern) != layers:
             raise SpecValidationError(entity, "hybrid_override_pattern", pattern,
                                       f"one character per layer ({layers} = num_hidden_layers)")
+        if "*" not in pattern and "M" not in pattern:  # neither attention nor Mamba: not a language model
+            raise SpecValidationError(entity, "hybrid_override_pattern", pattern,
+                                      "at least one attention ('*') or Mamba ('M') layer")
         total, active = _hybrid_params(r, g, pattern)
         kv_layers = max(1, pattern.count("*"))
     else:
@@ -456,6 +462,13 @@ def llm_from_hf_config(config: Mapping[str, Any], name: str, source: str = "user
     if cfg.get("kv_lora_rank") is not None:  # DeepSeek MLA: the cache holds the latent + the RoPE key
         mla_rank = r.int_("kv_lora_rank", ("kv_lora_rank",), lo=1, hi=100_000, unit="dimensions")
         mla_rope = r.int_("qk_rope_head_dim", ("qk_rope_head_dim",), 0, lo=0, hi=100_000, unit="dimensions")
+    most = LLM_RANGES["total_params_b"][1]
+    if total / 1e9 > most:  # the sizes are each in range, their product is not (100,000 experts)
+        what = (f"{experts:,} experts × {inter:,} intermediate size × {layers:,} layers" if experts > 1
+                else f"{layers:,} layers of hidden size {h:,}")
+        raise SpecValidationError(entity, "<config>", f"{total / 1e9:,.0f} billion parameters",
+                                  f"at most {most:,.0f} billion parameters in all ({what}); check "
+                                  f"{'num_experts' if experts > 1 else 'the layer sizes'} in config.json")
     max_pos: int | None = positions or None
     if is_t5 or family == "bloom":
         max_pos = None  # relative positions / ALiBi: n_positions is not a length limit

@@ -179,8 +179,9 @@ def server_power_mix(idle_w: np.ndarray, busy_power_w: np.ndarray, concurrency: 
 
 
 def solve_server_concurrency(qps: np.ndarray, request_time_s: Callable[..., np.ndarray], iters: int = 60,
-                             rtol: float = 1e-6, damping: float = 0.5,
-                             active_rows: bool = False) -> tuple[np.ndarray, np.ndarray]:
+                             rtol: float = 1e-6, damping: float = 0.5, active_rows: bool = False,
+                             upper: np.ndarray | None = None,
+                             bisect_iters: int = 60) -> tuple[np.ndarray, np.ndarray]:
     """Fixed point L = λ · T(L) of Little's law, where the per-request time T depends on the batch.
 
     ``request_time_s(L)`` maps an array of concurrencies to per-request times (prefill + output tokens ×
@@ -188,6 +189,15 @@ def solve_server_concurrency(qps: np.ndarray, request_time_s: Callable[..., np.n
     stops when it converges and is frozen from then on, so its result does not depend on which other
     rows share the batch. T grows with the batch, so when λ is beyond capacity L diverges; the caller
     checks it against what memory allows.
+
+    ``upper`` (per row, optional): a concurrency known to satisfy L ≥ λ·T(L) (the capacity's operating
+    point when λ ≤ capacity). Rows the iteration leaves unconverged (a learned T that steps or bends
+    near capacity makes it oscillate) are then solved by bisection on g(L) = L − λ·T(L) between the
+    largest iterate with g < 0 and the smallest with g ≥ 0 (or ``upper``), and the answer is the bracket's
+    upper end: within ``rtol`` of a root (or of the step where T jumps past L), on the side where
+    L ≥ λ·T(L), so the served rate λ·output tokens never exceeds batch ÷ ITL. Such rows count as converged.
+    With ``upper``, rows the iteration did converge are checked once more at the answer (L ≥ λ·T(L)
+    within 4 × ``rtol``) and bisected when they miss it.
 
     With ``active_rows`` it is called as ``request_time_s(L[idx], idx)`` for the rows ``idx`` not yet
     converged only (T is row-wise, so the result is the same; converged rows cost nothing).
@@ -204,16 +214,45 @@ def solve_server_concurrency(qps: np.ndarray, request_time_s: Callable[..., np.n
         return out
 
     done = np.zeros(qps.shape, dtype=bool)
+    lo = np.zeros(qps.shape)  # g(lo) < 0 (g(0) = −λ·T(0) < 0)
+    hi = np.full(qps.shape, np.inf) if upper is None else np.asarray(upper, dtype=np.float64).copy()
+
+    def bracket(at: np.ndarray, new: np.ndarray, rows: np.ndarray) -> None:
+        """Narrow [lo, hi] with one evaluation: new = λ·T(at) (g(at) = at − new)."""
+        with np.errstate(invalid="ignore"):
+            below = rows & (new > at)
+            above = rows & (new <= at)
+        np.copyto(lo, np.maximum(lo, at), where=below & (at < hi))
+        np.copyto(hi, np.minimum(hi, at), where=above & (at > lo))
+
     conc = littles_law_concurrency(qps, times(np.ones_like(qps), done))
+    bracket(np.ones_like(qps), conc, ~done)
     for _ in range(iters):
         new = littles_law_concurrency(qps, times(conc, done))
+        bracket(conc, new, ~done)
         with np.errstate(invalid="ignore"):
             now = ~done & np.isclose(new, conc, rtol=rtol, atol=1e-9)
         conc = np.where(now, new, np.where(done, conc, (1.0 - damping) * conc + damping * new))
         done |= now
         if done.all():
             break
-    return conc, done
+    if upper is not None and done.any():
+        # an iterate within rtol of its successor may still sit below the line (T can step between the two):
+        # check L ≥ λ·T(L) where the answer is read, and bisect the rows that miss it
+        new = littles_law_concurrency(qps, times(conc, ~done))
+        bracket(conc, new, done)
+        with np.errstate(invalid="ignore"):
+            done &= ~(new > conc * (1.0 + 4.0 * rtol))  # a step in T, not the iteration's own tolerance
+    todo = ~done & np.isfinite(hi) & (hi > lo)
+    for _ in range(bisect_iters if todo.any() else 0):
+        mid = 0.5 * (lo + hi)
+        new = littles_law_concurrency(qps, times(mid, ~todo))
+        bracket(mid, new, todo)
+        todo &= (hi - lo) > rtol * hi
+        if not todo.any():
+            break
+    solved = ~done & np.isfinite(hi) & ((hi - lo) <= rtol * hi)
+    return np.where(solved, hi, conc), done | solved
 
 
 # ---- busy power from the roofline duty cycle (target transform of the power model)

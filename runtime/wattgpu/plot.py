@@ -140,7 +140,7 @@ def check_svg_path(path: Any) -> None:
     import os
 
     from .errors import ConfigFileError
-    from .safeio import check_path_type
+    from .safeio import check_output_folder, check_path_type
 
     check_path_type(path, "SVG output file")
     name = os.fspath(path)
@@ -148,6 +148,7 @@ def check_svg_path(path: Any) -> None:
         raise ConfigFileError(repr(str(name)), "is a blank path; name the SVG file to write, e.g. plot.svg")
     if not str(name).lower().endswith(".svg"):
         raise ConfigFileError(str(name), "the plot is an SVG image; give the file a .svg name")
+    check_output_folder(name, "SVG plot")
 
 
 def write_svg(result: RankResult, path: str) -> None:

@@ -23,7 +23,7 @@ from . import assemble, checks, results, single
 from .assemble import Row
 from .bundle import ModelBundle, parse_interval_factors
 from .checks import NO_KV_CACHE, context_warnings, domain_warnings
-from .errors import ArgumentTypeError, ConfigFileError, WattGPUError
+from .errors import ArgumentTypeError, ArtifactError, ConfigFileError, WattGPUError
 from .features import Columns
 from .prediction import Prediction
 from .resolve import as_workload, resolve_gpu, resolve_llm, resolve_pair
@@ -136,6 +136,8 @@ class Predictor:
         for k, i in enumerate(good):
             try:
                 out[i] = results.prediction(self.bundle, k, sub[k], row_cols, as_lists, mix.get(k), memo)
+            except ArtifactError:
+                raise  # a damaged install is no row's error
             except WattGPUError as exc:
                 out[i] = exc
         return out  # type: ignore[return-value]

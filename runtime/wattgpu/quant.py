@@ -110,11 +110,23 @@ def _excludes_attention(patterns: Any) -> bool:
     return False
 
 
-def _bits(q: Mapping[str, Any]) -> Any:
-    return q.get("bits", q.get("w_bit", q.get("num_bits")))
+MAX_QUANT_BITS = 16
 
 
-def _compressed_tensors(q: Mapping[str, Any], base: str) -> Quantisation:
+def _bits(q: Mapping[str, Any], entity: str = "LLM", where: str = "quantization_config") -> Any:
+    """The weight bit width a quantisation config states (None when it states none); 0, negative,
+    fractional or absurd widths raise naming the key (they used to read silently as 16-bit)."""
+    for key in ("bits", "w_bit", "num_bits"):
+        if key in q and q[key] is not None:
+            bits = q[key]
+            if isinstance(bits, bool) or not isinstance(bits, int) or not 1 <= bits <= MAX_QUANT_BITS:
+                raise SpecValidationError(entity, f"{where}.{key}", bits,
+                                          f"a whole number of bits per weight in [1, {MAX_QUANT_BITS}] (e.g. 4 or 8)")
+            return bits
+    return None
+
+
+def _compressed_tensors(q: Mapping[str, Any], base: str, entity: str = "LLM") -> Quantisation:
     """compressed-tensors: read the first config group's weights / input_activations."""
     groups = q.get("config_groups")
     weights: Mapping[str, Any] = {}
@@ -126,7 +138,7 @@ def _compressed_tensors(q: Mapping[str, Any], base: str) -> Quantisation:
                 a = grp.get("input_activations")
                 acts = a if isinstance(a, Mapping) else {}
                 break
-    bits, kind = weights.get("num_bits"), str(weights.get("type", "int")).lower()
+    bits, kind = _bits(weights, entity, "quantization_config.config_groups.weights"), str(weights.get("type", "int")).lower()
     a_bits = acts.get("num_bits") if acts else None
     a_kind = str(acts.get("type", "")).lower() if acts else ""
     fmt = str(q.get("format", "")).lower()
@@ -186,9 +198,9 @@ def parse_quantization(q: Any, base_precision: str, base_bytes: float, entity: s
             isinstance(producer, Mapping) and str(producer.get("name", "")).lower() == "modelopt"):
         return _modelopt(q, base, entity)
     text = " ".join(str(q.get(k, "")) for k in ("fmt", "weight_dtype", "quant_type", "bnb_4bit_quant_type")).lower()
-    bits = _bits(q)
+    bits = _bits(q, entity)
     if method == "compressed-tensors":
-        return _compressed_tensors(q, base)
+        return _compressed_tensors(q, base, entity)
     if "mxfp4" in method or "mxfp4" in text:
         return Quantisation("mxfp4", MXFP4_BYTES, base, True, method, "experts")
     if "nvfp4" in method:

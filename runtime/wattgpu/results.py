@@ -59,8 +59,9 @@ def core(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.C
         util = utilization(cols, cap["max_qps"], batch, req_s)
         numbers = finish(power, itl, batch, busy, tokens_per_s, cols["gpu_tdp_w"], cols["wl_output_tokens"],
                          server & server_learned, cols["wl_tp"])
-    numbers.update(max_qps=cap["max_qps"], utilization=util, max_concurrency=cap["max_concurrency"],
-                   overloaded=(util > 1.0 + 1e-9) & server)
+    overloaded = (util > 1.0 + 1e-9) & server
+    numbers.update(max_qps=cap["max_qps"], utilization=np.where(overloaded, util, np.minimum(util, 1.0)),
+                   max_concurrency=cap["max_concurrency"], overloaded=overloaded)  # > 1 only when overloaded
     return numbers, mix
 
 
@@ -94,11 +95,13 @@ def served_token_rate(cols: F.Columns, batch: Any, req_s: Any, max_qps: Any) -> 
 
 
 def utilization(cols: F.Columns, max_qps: Any, batch: Any, req_s: Any) -> Any:
-    """Offered load ÷ capacity: server qps / max_qps; offline 1 (saturated by definition); closed loop the
-    request rate its clients generate (batch / request time ``req_s``, Little's law) / max_qps. Arrays
-    or one row of floats (the scalar path)."""
+    """Offered load ÷ capacity: server qps / max_qps (above 1: overloaded); offline 1 (saturated by
+    definition); closed loop the request rate its clients generate (batch / request time ``req_s``,
+    Little's law) / max_qps, at most 1: a closed loop throttles itself — its clients wait for their
+    answers, so more clients than the GPU serves at once queue instead of overloading it (65,536 clients
+    claimed a utilization of 4.6). Arrays or one row of floats (the scalar path)."""
     kind = cols["wl_kind_code"]
-    loop = batch / req_s
+    loop = ops.minimum(batch / req_s, max_qps)
     offered = ops.where(kind == SERVER_CODE, cols["wl_qps"], loop)
     return ops.where(kind == OFFLINE_CODE, 1.0, offered / max_qps)
 
@@ -116,7 +119,8 @@ def prediction(bundle: ModelBundle, i: int, row: Row, cols: F.Columns, numbers: 
     wl_dict = memo.spec(wl, _workload_dict)
     max_qps, overloaded = float(numbers["max_qps"][i]), bool(numbers["overloaded"][i])
     max_conc = int(numbers["max_concurrency"][i])
-    warnings.extend(capacity_warnings(gpu, wl, overloaded, max_qps, int(cols["fit_batch"][i]), max_conc))
+    warnings.extend(capacity_warnings(gpu, wl, overloaded, max_qps, int(cols["fit_batch"][i]), max_conc,
+                                      saturated=float(numbers["utilization"][i]) >= 1.0))
     power, itl = float(numbers["power_w"][i]), float(numbers["itl_s"][i])
     batch, tokens_per_s = float(numbers["effective_batch"][i]), float(numbers["throughput_tok_s"][i])
     idle_w: float | None = None

@@ -40,8 +40,8 @@ class NumberRule:
     def expected(self) -> str:
         kind = "an integer" if self.integer else "a finite number"
         unit = f" {self.unit}" if self.unit else ""
-        if self.open_lo and self.hi >= 1.7e308:
-            return f"{kind} > {fmt_bound(self.lo)}{unit}" + (" (or empty)" if self.optional else "")
+        if self.hi >= 1.7e308:  # no upper bound worth printing
+            return f"{kind} {'>' if self.open_lo else '≥'} {fmt_bound(self.lo)}{unit}" + (" (or empty)" if self.optional else "")
         return f"{kind} in [{fmt_bound(self.lo)}, {fmt_bound(self.hi)}]{unit}" + (" (or empty)" if self.optional else "")
 
     def check(self, entity: str, name: str, value: Any) -> float | int | None:

@@ -62,6 +62,34 @@ def _os_problem(exc: OSError) -> str:
     return f"cannot be opened ({exc.strerror or exc.__class__.__name__})"
 
 
+WRITE_ERRNOS = frozenset(getattr(errno, n) for n in ("ENOSPC", "EDQUOT", "EFBIG", "EROFS", "EIO") if hasattr(errno, n))
+
+
+def write_problem(exc: OSError) -> str:
+    """A plain-words reason why writing an output failed (a full device, a missing folder, …)."""
+    code = exc.errno
+    if code in (getattr(errno, "ENOSPC", -1), getattr(errno, "EDQUOT", -1)):
+        return "no space left on the device (the disk or device is full); free space or write elsewhere"
+    if code == getattr(errno, "EFBIG", -1):
+        return "the file would be larger than the device allows; write elsewhere"
+    if code == getattr(errno, "EROFS", -1):
+        return "the file system is read-only; write elsewhere"
+    if code == errno.ENOENT:
+        return "its folder does not exist; create it or choose another output path"
+    if code in (errno.EACCES, errno.EPERM):
+        return "permission denied; choose a folder you can write to"
+    return f"{exc.strerror or exc.__class__.__name__}; choose another output path"
+
+
+def check_output_folder(path: str | os.PathLike[str], what: str) -> None:
+    """Refuse (ConfigFileError) an output path whose folder does not exist, before any work is done."""
+    shown = os.fspath(path)
+    parent = os.path.dirname(os.path.abspath(shown))
+    if not os.path.isdir(parent):
+        raise ConfigFileError(str(shown), f"its folder {parent} does not exist; create it or choose another "
+                                          f"path for the {what}")
+
+
 def _stat(path: str | os.PathLike[str], shown: str, fix: str) -> os.stat_result:
     try:
         return os.stat(path)
@@ -142,14 +170,98 @@ def resolve_json_path(path: str | os.PathLike[str], *, what: str, dir_file: str 
     return p
 
 
+def _head_bytes(head: bytes | str) -> bytes:
+    return head[:64] if isinstance(head, bytes) else head[:64].encode("latin-1", "replace")
+
+
+def looks_utf32(head: bytes | str) -> bool:
+    """Whether ``head`` (a file's first bytes, or its first line as decoded) is UTF-32 text: a UTF-32
+    byte-order mark, or ASCII text stored four bytes a character (three of every four bytes NUL)."""
+    h = _head_bytes(head)
+    if h[:4] in (b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff"):
+        return True
+    h = h[: len(h) - len(h) % 4]
+    quads = [h[i:i + 4] for i in range(0, len(h), 4)]
+    return len(quads) >= 2 and any(all(q[k] != 0 and q.count(0) == 3 for q in quads) for k in (0, 3))
+
+
 def looks_utf16(head: bytes | str) -> bool:
     """Whether ``head`` (a file's first bytes, or its first line as decoded) is UTF-16 text: a UTF-16
-    byte-order mark, or text with every other byte NUL (what a "Unicode" export from Windows tools gives)."""
-    if isinstance(head, bytes) and head[:2] in (b"\xff\xfe", b"\xfe\xff"):
+    byte-order mark, or text with every other byte NUL (what a "Unicode" export from Windows tools gives).
+    UTF-32 text (:func:`looks_utf32`) is not UTF-16."""
+    h = _head_bytes(head)
+    if looks_utf32(h):
+        return False
+    if h[:2] in (b"\xff\xfe", b"\xfe\xff"):
         return True
-    h = head[:64] if isinstance(head, bytes) else head[:64].encode("latin-1", "replace")
     return len(h) >= 4 and any(zeros == bytes(len(zeros)) and 0 not in text
                                for zeros, text in ((h[1::2], h[0::2]), (h[0::2], h[1::2])))
+
+
+def wide_encoding(head: bytes | str) -> str | None:
+    """"UTF-32" or "UTF-16" when ``head`` is text in that encoding, else None (one test for every reader)."""
+    if looks_utf32(head):
+        return "UTF-32"
+    return "UTF-16" if looks_utf16(head) else None
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise _NonFiniteLiteral(text)  # 1e999 overflows to inf: as unusable as the literal Infinity
+    return value
+
+
+def parse_json_bytes(raw: bytes, shown: str, what: str, max_depth: int = MAX_DEPTH) -> Any:
+    """Parse ``raw`` as strict JSON, refusing with ConfigFileError: UTF-16/UTF-32 or non-UTF-8 text, NUL
+    bytes, an empty file, nesting deeper than ``max_depth`` (checked before parsing, so no RecursionError),
+    NaN/Infinity literals and numbers too large for a float (1e999)."""
+    wide = wide_encoding(raw)
+    if wide:
+        raise ConfigFileError(shown, f"is {wide} text; save the {what} file as UTF-8")
+    if b"\x00" in raw:
+        raise ConfigFileError(shown, f"contains NUL bytes (binary data); pass a text {what} JSON file")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigFileError(shown, f"is not UTF-8 text (bad byte at offset {exc.start}); "
+                                     f"save the {what} file as UTF-8 JSON") from None
+    if not text.strip():
+        raise ConfigFileError(shown, f"is empty; the {what} file must hold a JSON object")
+    depth = _max_depth(text, max_depth)
+    if depth > max_depth:
+        raise ConfigFileError(shown, f"nests arrays/objects deeper than {max_depth} levels; "
+                                     f"flatten the {what} file")
+    try:
+        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+    except _NonFiniteLiteral as exc:
+        token = exc.args[0]
+        what_it_is = (f"the literal {token}, which JSON does not allow" if token in ("NaN", "Infinity", "-Infinity")
+                      else f"the number {token[:40]}, too large for a float")
+        raise ConfigFileError(shown, f"contains {what_it_is}; "
+                                     f"replace it with a finite number or remove the key") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigFileError(shown, f"is not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}); "
+                                     f"fix the {what} file") from None
+    except (ValueError, RecursionError) as exc:
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigFileError(shown, f"is not acceptable JSON ({msg}); fix the {what} file") from None
+
+
+def read_bounded(path: str | os.PathLike[str], *, what: str, max_bytes: int) -> bytes:
+    """The bytes of the regular file ``path`` (at most ``max_bytes``; see :func:`open_regular`), or a
+    ConfigFileError naming it: FIFOs, devices (a link to ``/dev/zero``) and oversized files are refused
+    before or while reading, so nothing hangs or fills memory."""
+    shown = os.fspath(path) if isinstance(os.fspath(path), str) else repr(path)
+    try:
+        with open_regular(path, what=what, max_bytes=max_bytes) as fh:
+            raw = fh.read(max_bytes + 1)
+    except OSError as exc:
+        raise ConfigFileError(str(shown), f"cannot be read ({exc.strerror or exc}); check the path and its permissions") from None
+    if len(raw) > max_bytes:  # grew after the size check
+        raise ConfigFileError(str(shown), f"is larger than {max_bytes:,} bytes, the limit for a {what} "
+                                          f"(check that this is the right file)")
+    return bytes(raw)
 
 
 def read_json_file(path: str | os.PathLike[str], *, what: str, max_bytes: int = 1_000_000,
@@ -162,40 +274,8 @@ def read_json_file(path: str | os.PathLike[str], *, what: str, max_bytes: int = 
     """
     target = resolve_json_path(path, what=what, dir_file=dir_file)
     shown = str(target)
-    try:
-        with open_regular(target, what=f"{what} file", max_bytes=max_bytes) as fh:
-            raw = fh.read(max_bytes + 1)
-    except OSError as exc:
-        raise ConfigFileError(shown, f"cannot be read ({exc.strerror or exc}); check the path and its permissions") from None
-    if len(raw) > max_bytes:
-        raise ConfigFileError(shown, f"is larger than {max_bytes:,} bytes, the limit for {what} files "
-                                     f"(check that this is the right file)")
-    if looks_utf16(raw):
-        raise ConfigFileError(shown, f"is UTF-16 text; save the {what} file as UTF-8")
-    if b"\x00" in raw:
-        raise ConfigFileError(shown, f"contains NUL bytes (binary data); pass a text {what} JSON file")
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise ConfigFileError(shown, f"is not UTF-8 text (bad byte at offset {exc.start}); "
-                                     f"save the {what} file as UTF-8 JSON") from None
-    if not text.strip():
-        raise ConfigFileError(shown, f"is empty; the {what} file must hold a JSON object")
-    depth = _max_depth(text, MAX_DEPTH)
-    if depth > MAX_DEPTH:
-        raise ConfigFileError(shown, f"nests arrays/objects deeper than {MAX_DEPTH} levels; "
-                                     f"flatten the {what} file")
-    try:
-        data = json.loads(text, parse_constant=_reject_constant)
-    except _NonFiniteLiteral as exc:
-        raise ConfigFileError(shown, f"contains the literal {exc.args[0]}, which JSON does not allow; "
-                                     f"replace it with a finite number or remove the key") from None
-    except json.JSONDecodeError as exc:
-        raise ConfigFileError(shown, f"is not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}); "
-                                     f"fix the {what} file") from None
-    except (ValueError, RecursionError) as exc:
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ConfigFileError(shown, f"is not acceptable JSON ({msg}); fix the {what} file") from None
+    raw = read_bounded(target, what=f"{what} file", max_bytes=max_bytes)
+    data = parse_json_bytes(raw, shown, what)
     if not isinstance(data, dict):
         raise ConfigFileError(shown, f"top level is a JSON {_json_kind(data)}; "
                                      f"the {what} file must be a JSON object {{...}}")

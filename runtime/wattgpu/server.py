@@ -47,8 +47,11 @@ def server_mix(evaluate: Evaluate, rows: Sequence[Row], cols: F.Columns, learned
         return state["request_s"]
 
     over = qps > capacity["max_qps"] * (1.0 + 1e-9)
-    conc, converged = physics.solve_server_concurrency(np.where(over, capacity["max_qps"], qps), request_time,
-                                                       iters=SERVER_FIXED_POINT_ITERS, active_rows=True)
+    # at the capacity's operating point b, max_qps = b / W(b): a rate within capacity has b ≥ λ·W(b), so
+    # b bounds the root from above and bisection can always finish what the iteration leaves
+    conc, converged = physics.solve_server_concurrency(np.minimum(qps, capacity["max_qps"]), request_time,
+                                                       iters=SERVER_FIXED_POINT_ITERS, active_rows=True,
+                                                       upper=capacity["concurrency"])
     conc = np.where(over, capacity["concurrency"], conc)
     request_time(conc, None, None)  # every model at the solved (or saturated) concurrency
     res, batch = state["res"], state["batch"]

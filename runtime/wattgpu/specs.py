@@ -276,6 +276,10 @@ class LlmSpec:
         if self.num_kv_heads > self.num_attention_heads:
             raise SpecValidationError(entity, "num_kv_heads", self.num_kv_heads,
                                       f"at most num_attention_heads ({self.num_attention_heads})")
+        if self.num_attention_heads % self.num_kv_heads:  # 6 KV heads for 32 query heads cannot be grouped
+            raise SpecValidationError(entity, "num_kv_heads", self.num_kv_heads,
+                                      f"a divisor of num_attention_heads ({self.num_attention_heads}): grouped-query "
+                                      "attention shares each KV head among the same number of query heads")
         if self.active_params_b > self.total_params_b * 1.001:
             raise SpecValidationError(entity, "active_params_b", self.active_params_b,
                                       f"at most total_params_b ({self.total_params_b})")

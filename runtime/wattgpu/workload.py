@@ -43,10 +43,14 @@ ITL_STATS = ("mean", "median")
 ENGINE_RULE = ChoiceRule(ENGINES, tuple(ENGINE_ALIASES.items()))
 KIND_RULE = ChoiceRule(KINDS, tuple((k, k) for k in KINDS) + (("closed-loop", "closed_loop"),))
 
+MIN_QPS = 1e-9  # requests/s: about one request in 32 years, the smallest arrival rate accepted
+
 # Every numeric Workload field: one line each (type, range, unit). The CSV batch reader and the API use it.
 WORKLOAD_NUMBERS: dict[str, NumberRule] = {
     "max_batch": NumberRule(1, 65536, "sequences", integer=True),
-    "qps": NumberRule(0.0, 1.7976931348623157e308, "requests/s", optional=True, open_lo=True),  # beyond capacity = overload state
+    # beyond capacity = overload state; below MIN_QPS the energy per token (idle power over almost no
+    # tokens) would overflow to inf — 1e-320 req/s gave "inf J/token" — so such rates are refused
+    "qps": NumberRule(MIN_QPS, 1.7976931348623157e308, "requests/s", optional=True),
     "concurrency": NumberRule(0.001, 65536, "sequences", optional=True),
     "input_tokens": NumberRule(1, 1_048_576, "tokens", integer=True),
     "output_tokens": NumberRule(1, 1_048_576, "tokens", integer=True),

@@ -101,7 +101,12 @@ def test_hf_config_prefers_stored_copy_then_catalog(tmp_path: Path) -> None:
     assert how.startswith("config.json rebuilt")
     assert cfg["num_hidden_layers"] == 32 and cfg["num_key_value_heads"] == 8 and cfg["architectures"] == ["LlamaForCausalLM"]
     (tmp_path / "meta-llama--Llama-3.1-8B-Instruct.json").write_text(json.dumps({"config": {"model_type": "x"}}))
-    assert peers.hf_config(llm, tmp_path, DATA / "catalog" / "llm_configs.csv") == ({"model_type": "x"}, "stored config.json")
+    stored, how = peers.hf_config(llm, tmp_path, DATA / "catalog" / "llm_configs.csv")
+    # the stored copy wins; the keys it lacks come from the catalog (partial copies lack e.g. vocab_size)
+    assert stored["model_type"] == "x" and stored["vocab_size"] == 128256 and "missing keys" in how
+    full = dict(cfg)
+    (tmp_path / "meta-llama--Llama-3.1-8B-Instruct.json").write_text(json.dumps({"config": full}))
+    assert peers.hf_config(llm, tmp_path, DATA / "catalog" / "llm_configs.csv") == (full, "stored config.json")
     with pytest.raises(LookupError, match="not in"):
         peers.hf_config("nobody/none", None, DATA / "catalog" / "llm_configs.csv")
 

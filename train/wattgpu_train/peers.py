@@ -214,8 +214,9 @@ def aic_mode(row: Mapping[str, Any]) -> str:
 
 
 def hf_config(llm: str, raw_dir: Path | None, catalog_csv: Path) -> tuple[dict[str, Any], str]:
-    """The LLM's config.json and where it came from: the stored copy in ``raw_dir`` when there is one,
-    else the config.json fields our catalog table keeps (no hub access at run time)."""
+    """The LLM's config.json and where it came from: the stored copy in ``raw_dir`` when there is one (keys
+    it lacks, as some partial copies do, are taken from our catalog table), else the config.json fields
+    our catalog table keeps (no hub access at run time)."""
     import json
 
     if raw_dir is not None:
@@ -223,7 +224,19 @@ def hf_config(llm: str, raw_dir: Path | None, catalog_csv: Path) -> tuple[dict[s
         if p.is_file():
             doc = json.loads(p.read_text(encoding="utf-8"))
             if isinstance(doc.get("config"), dict):
-                return doc["config"], "stored config.json"
+                stored = dict(doc["config"])
+                try:
+                    extra = {k: v for k, v in _catalog_config(llm, catalog_csv).items() if k not in stored}
+                except LookupError:
+                    extra = {}
+                if extra:
+                    return {**stored, **extra}, "stored config.json, missing keys from data/catalog/llm_configs.csv"
+                return stored, "stored config.json"
+    return _catalog_config(llm, catalog_csv), "config.json rebuilt from data/catalog/llm_configs.csv"
+
+
+def _catalog_config(llm: str, catalog_csv: Path) -> dict[str, Any]:
+    """The config.json fields of ``llm`` that data/catalog/llm_configs.csv keeps."""
     table = pd.read_csv(catalog_csv)
     hit = table[table["hf_id"] == llm]
     if hit.empty:
@@ -242,7 +255,7 @@ def hf_config(llm: str, raw_dir: Path | None, catalog_csv: Path) -> tuple[dict[s
     cfg["tie_word_embeddings"] = str(row.get("tie_word_embeddings")).lower() == "true"
     if pd.notna(row.get("torch_dtype")):
         cfg["torch_dtype"] = str(row["torch_dtype"])
-    return cfg, "config.json rebuilt from data/catalog/llm_configs.csv"
+    return cfg
 
 
 def run_aiconfigurator(rows: pd.DataFrame, catalog: Catalog, work: Path, raw_dir: Path | None,

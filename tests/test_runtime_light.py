@@ -5,7 +5,8 @@ import json
 
 from .helpers import run_py
 
-HEAVY = ("xgboost", "pandas", "onnx", "onnxmltools", "sklearn", "click", "skl2onnx")
+HEAVY = ("xgboost", "pandas", "onnx", "onnxmltools", "sklearn", "click", "skl2onnx",
+         "aiconfigurator", "aiconfigurator_core", "llm_analysis", "ecologits")  # the last four: compare-peers only
 
 
 def test_predict_imports_only_numpy_and_onnxruntime() -> None:

@@ -185,6 +185,38 @@ def reproduce_paper_cmd(watt_counts: Path, out: Path, data_dir: Path, specs: Pat
     click.echo(f"wrote {j} and {m}")
 
 
+@main.command("compare-peers")
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), callback=_out_dir, default=Path("reports"), show_default=True)
+@click.option("--data-dir", type=click.Path(path_type=Path, exists=True), default=DEFAULT_DATA, show_default=True)
+@click.option("--specs", type=click.Path(path_type=Path, exists=True), default=DEFAULT_SPECS, show_default=True)
+@click.option("--raw-configs", type=click.Path(path_type=Path, exists=True, file_okay=False), default=None,
+              help="Folder of stored HF config copies (<org>--<name>.json with a 'config' key) for AIConfigurator; "
+                   "without it, config.json is rebuilt from data/catalog/llm_configs.csv.")
+@click.option("--peer", "peers", type=click.Choice(["aiconfigurator", "llm-analysis", "ecologits"]), multiple=True,
+              help="Run only these peers (repeatable; default: all three).")
+@click.option("--quick", is_flag=True, help="Smoke run: WattGPU with few trees (figures not meaningful).")
+@click.option("--jobs", type=int, default=2, show_default=True, help="Fold fits run in parallel.")
+def compare_peers_cmd(out: Path, data_dir: Path, specs: Path, raw_configs: Path | None, peers: tuple[str, ...],
+                      quick: bool, jobs: int) -> None:
+    """WattGPU (leave-one-GPU-out) beside AIConfigurator, llm-analysis and EcoLogits on data/; writes peers.json and .md.
+    Needs `pip install "wattgpu[peers]"`; takes tens of minutes."""
+    from .peers import peers_markdown
+
+    t0 = time.perf_counter()
+    result = _pipeline().compare_peers(_pipeline().load(data_dir, specs), raw_configs=raw_configs, quick=quick,
+                                       n_jobs=jobs, peers=peers or ("aiconfigurator", "llm-analysis", "ecologits"),
+                                       log=_echo_err)
+    result["runtime_s"] = round(time.perf_counter() - t0, 1)
+    j = _write(out, "peers.json", json.dumps(result, indent=1, ensure_ascii=False) + "\n")
+    m = _write(out, "peers.md", peers_markdown(result))
+    for name, p in result["peers"].items():
+        for metric, block in p["metrics"].items():
+            b = block["pooled"]
+            click.echo(f"{name} {metric}: n {b['n']}, MdAPE peer {b['peer']['mdape']} % vs WattGPU LOGO "
+                       f"{b['wattgpu']['mdape']} %; {p['unanswered']} rows not answered")
+    click.echo(f"wrote {j} and {m} in {result['runtime_s']:.0f} s")
+
+
 def run(argv: list[str] | None = None) -> Any:
     """Console entry point: check the training extra first (even for --help), then run the group."""
     _require_training_extra()

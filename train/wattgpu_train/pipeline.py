@@ -157,3 +157,14 @@ def reproduce_paper(watt_counts: str | Path, data_dir: str | Path = "data", spec
     result = run(records, load_catalog(Path(specs)), quick=quick, n_jobs=n_jobs, log=log)
     result["source_file"] = Path(watt_counts).name
     return result
+
+
+def compare_peers(data: TrainingData, *, raw_configs: str | Path | None = None, quick: bool = False, n_jobs: int = 2,
+                  peers: tuple[str, ...] = ("aiconfigurator", "llm-analysis", "ecologits"),
+                  log: Log = _quiet) -> dict[str, Any]:
+    """WattGPU's leave-one-GPU-out figures beside AIConfigurator, llm-analysis and EcoLogits on the measured
+    rows (needs ``pip install "wattgpu[peers]"``; a peer that is missing is reported, not fatal)."""
+    from .peers import compare_peers as run
+
+    return run(data.records, data.catalog, data.data_dir, raw_configs=Path(raw_configs) if raw_configs else None,
+               n_jobs=n_jobs, quick=quick, peers=peers, log=log)

@@ -68,7 +68,9 @@ def test_parity_gate_refuses_a_model_that_disagrees(tmp_path, small_fit, monkeyp
 
 def test_packaged_schema_is_complete() -> None:
     schema = json.loads((MODELS / "feature_schema.json").read_text())
-    assert schema["schema_version"] == 1 and schema["recipe"] == "default"
+    from wattgpu import bundle
+
+    assert schema["schema_version"] == bundle.FORMAT_VERSION and schema["recipe"] == "default"
     for target, unit in (("power", "W"), ("itl", "s/token")):
         m = schema["models"][target]
         assert m["unit"] == unit and m["transform"] and all(f["unit"] for f in m["features"])

@@ -123,3 +123,49 @@ def test_utf16_csv_is_named_as_utf16(tmp_path, encoding):
     src.write_bytes("\n".join(ROWS).encode(encoding))
     r = CliRunner().invoke(main, ["predict", "--input", str(src), "--output", str(tmp_path / "o.csv")])
     assert r.exit_code == 2 and "is UTF-16 text; save the CSV as UTF-8" in r.stderr, r.stderr
+
+
+def _many_bad_rows(n_bad: int) -> list[str]:
+    """A sweep where most rows are skipped: unknown GPUs, bad cells and a model too big for the GPU."""
+    lines = ["llm,gpu,max_batch,note"]
+    for i in range(n_bad):
+        lines.append([f"{LLM},Nope GPU {i},,bad", f"{LLM},NVIDIA L4,-{i + 1},bad",
+                      f"meta-llama/Llama-3.1-70B-Instruct,NVIDIA L4,,bad"][i % 3])
+    lines.append(f"{LLM},NVIDIA L4,8,good")
+    return lines
+
+
+def test_many_skipped_rows_print_ten_and_a_summary_and_the_errors_file_lists_all(tmp_path):
+    src, dst, errs = _write(tmp_path, _many_bad_rows(30)), tmp_path / "out.csv", tmp_path / "errors.csv"
+    r = CliRunner().invoke(main, ["predict", "--input", str(src), "--output", str(dst), "--errors", str(errs)])
+    assert r.exit_code == 1, r.output
+    assert r.stderr.count("error: line ") == 10
+    assert "... 20 more skipped rows not shown (all in" in r.stderr
+    assert ("skipped 30 (invalid value 10, unknown GPU or LLM 10, does not fit in GPU memory 10)") in r.stderr
+    listed = _read(errs)
+    assert [int(row["line"]) for row in listed] == list(range(2, 32))
+    assert list(listed[0]) == ["line", "column", "reason", "error"]
+    by_line = {int(row["line"]): row for row in listed}
+    assert by_line[2]["column"] == "gpu" and by_line[2]["reason"] == "unknown GPU or LLM"
+    assert by_line[3]["column"] == "max_batch" and "max_batch" in by_line[3]["error"]
+    assert by_line[4]["reason"] == "does not fit in GPU memory"
+    assert [row["note"] for row in _read(dst)].count("good") == 1
+
+
+def test_errors_file_needs_input_and_differs_from_output(tmp_path):
+    r = CliRunner().invoke(main, ["predict", "--llm", LLM, "--gpu", "NVIDIA L4", "--errors", str(tmp_path / "e.csv")])
+    assert r.exit_code == 2 and "--errors goes with --input" in r.stderr
+    src, dst = _write(tmp_path, ROWS), tmp_path / "out.csv"
+    r = CliRunner().invoke(main, ["predict", "--input", str(src), "--output", str(dst), "--errors", str(dst)])
+    assert r.exit_code == 2 and "same file" in r.stderr and not dst.exists()
+
+
+def test_api_reports_every_row_unless_limited(tmp_path):
+    from wattgpu.batch import predict_csv
+
+    src = _write(tmp_path, _many_bad_rows(12))
+    every: list[str] = []
+    predict_csv(str(src), str(tmp_path / "a.csv"), predictor=Predictor(), report=every.append)
+    first: list[str] = []
+    predict_csv(str(src), str(tmp_path / "b.csv"), predictor=Predictor(), report=first.append, report_limit=3)
+    assert len(every) == 12 and first == every[:3]

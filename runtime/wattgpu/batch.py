@@ -63,11 +63,22 @@ def skip_reason(exc: BaseException) -> str:
 class RowError(WattGPUError):
     """A bad CSV row, named by its line number; ``cause`` is the underlying WattGPUError."""
 
-    def __init__(self, line: int, problem: str, cause: WattGPUError | None = None) -> None:
+    def __init__(self, line: int, problem: str, cause: WattGPUError | None = None, column: str = "") -> None:
         self.line, self.cause = line, cause
         self.problem = " ".join(problem.split())  # always one line
         self.reason = skip_reason(cause) if cause is not None else "invalid value"
+        self.column = column or _error_column(cause)
         super().__init__(f"line {line}: {self.problem}")
+
+
+def _error_column(exc: WattGPUError | None) -> str:
+    """The CSV column a row error is about, where one is: a bad cell's column, or ``gpu``/``llm`` for a
+    name or spec file that could not be resolved; empty when the row as a whole is at fault."""
+    if isinstance(exc, SpecValidationError) and exc.entity in ("", "workload"):
+        return str(exc.field)
+    if isinstance(exc, UnknownEntityError):
+        return "gpu" if exc.kind == "GPU" else "llm"
+    return ""
 
 
 def row_workload(row: dict[str, str], defaults: Workload) -> Workload:
@@ -222,7 +233,8 @@ def _resolve_stream(rows: Iterator[tuple[int, dict[str, str], str | None]], defa
             llm_name, gpu_name = row.get("llm", "").strip(), row.get("gpu", "").strip()
             if not llm_name or not gpu_name:
                 missing = "llm" if not llm_name else "gpu"
-                raise RowError(line, f"column {missing!r} is empty; name a catalog {missing.upper()} or a spec file")
+                raise RowError(line, f"column {missing!r} is empty; name a catalog {missing.upper()} or a spec file",
+                               column=missing)
             wl_key = tuple(row.get(c) or "" for c in wl_cols)
             triple: Any = (resolve("gpu", gpu_name, lambda: resolvers["gpu"](gpu_name)),
                            resolve("llm", llm_name, lambda: resolvers["llm"](llm_name)),
@@ -375,7 +387,8 @@ def _check_output(out_path: Any) -> str:
 
 def predict_csv(in_path: str, out_path: str, on_error: str = "skip", defaults: Workload | None = None,
                 prices: tuple[float | None, float | None, float] = (None, None, 1.0), predictor: Any = None,
-                report: Callable[[str], None] = lambda msg: None, chunk: int = CHUNK_ROWS) -> BatchSummary:
+                report: Callable[[str], None] = lambda msg: None, chunk: int = CHUNK_ROWS,
+                errors_path: str | None = None, report_limit: int | None = None) -> BatchSummary:
     """Predict every row of ``in_path`` into ``out_path``, streaming; returns a :class:`BatchSummary`
     (which also unpacks as ``(rows predicted, rows skipped)``).
 
@@ -383,6 +396,9 @@ def predict_csv(in_path: str, out_path: str, on_error: str = "skip", defaults: W
     ``error`` column and the run continues. ``"stop"``: the first bad row raises :class:`RowError` and
     nothing is written. File-level problems (unreadable, not a regular file, binary, not UTF-8, no
     ``llm``/``gpu`` header) raise ConfigFileError and nothing is written either.
+
+    ``report_limit``: report only the first N skipped rows (the summary's reason counts cover the
+    rest). ``errors_path``: also write every skipped row as CSV (``line, column, reason, error``).
     """
     from .energy import check_prices
 
@@ -393,21 +409,39 @@ def predict_csv(in_path: str, out_path: str, on_error: str = "skip", defaults: W
     check_prices(*prices)
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
         raise WattGPUError(f"chunk = {chunk!r} is invalid; expected a positive integer")
+    if report_limit is not None and (isinstance(report_limit, bool) or not isinstance(report_limit, int)
+                                     or report_limit < 0):
+        raise WattGPUError(f"report_limit = {report_limit!r} is invalid; expected a non-negative integer or None")
     out = _check_output(out_path)
+    err_out = _check_output(errors_path) if errors_path is not None else None
+    if err_out is not None and os.path.abspath(err_out) == os.path.abspath(out):
+        raise WattGPUError("the errors file and the output CSV are the same file; choose another --errors path")
     summary = BatchSummary()
     shown = os.fspath(in_path) if isinstance(in_path, (str, os.PathLike)) else repr(in_path)
     with _open_csv(in_path) as f:
         tmp: str | None = None
+        err_tmp: str | None = None
         try:
             cols, rows = _rows(f, str(shown))
             fields = cols + [c for c in OUTPUT_COLUMNS if c not in cols]
             fields += [] if "error" in fields else ["error"]
             tmp_fd, tmp = _temp_next_to(out)
-            with os.fdopen(tmp_fd, "w", newline="", encoding="utf-8") as fo:
-                _write_rows(fo, fields, _predict_stream(rows, defaults, predictor, chunk), on_error, prices,
-                            report, summary)
+            err_fo: IO[str] | None = None
+            if err_out is not None:
+                err_fd, err_tmp = _temp_next_to(err_out)
+                err_fo = os.fdopen(err_fd, "w", newline="", encoding="utf-8")
+            try:
+                with os.fdopen(tmp_fd, "w", newline="", encoding="utf-8") as fo:
+                    _write_rows(fo, fields, _predict_stream(rows, defaults, predictor, chunk), on_error, prices,
+                                _Reporter(report, report_limit, err_fo), summary)
+            finally:
+                if err_fo is not None:
+                    err_fo.close()
             os.replace(tmp, out)
             tmp = None
+            if err_out is not None and err_tmp is not None:
+                os.replace(err_tmp, err_out)
+                err_tmp = None
         except UnicodeDecodeError as exc:
             wide = wide_encoding(exc.object[:64]) if exc.start == 0 else None
             if wide:
@@ -421,12 +455,36 @@ def predict_csv(in_path: str, out_path: str, on_error: str = "skip", defaults: W
         finally:
             if tmp is not None:
                 _remove(tmp)
+            if err_tmp is not None:
+                _remove(err_tmp)
     return summary
 
 
+ERROR_COLUMNS = ("line", "column", "reason", "error")
+
+
+class _Reporter:
+    """Where skipped rows go: the first ``limit`` to ``report`` (all when ``limit`` is None), every one
+    to the errors CSV when one is open."""
+
+    def __init__(self, report: Callable[[str], None], limit: int | None, errors: IO[str] | None) -> None:
+        self.report, self.limit, self.shown = report, limit, 0
+        self.writer = csv.writer(errors) if errors is not None else None
+        if self.writer is not None:
+            self.writer.writerow(ERROR_COLUMNS)
+
+    def __call__(self, err: WattGPUError) -> None:
+        if self.limit is None or self.shown < self.limit:
+            self.report(f"error: {err}")
+            self.shown += 1
+        if self.writer is not None:
+            self.writer.writerow((getattr(err, "line", ""), getattr(err, "column", ""),
+                                  getattr(err, "reason", "not predictable"), getattr(err, "problem", str(err))))
+
+
 def _write_rows(fo: IO[str], fields: list[str], results: Iterator[tuple[int, dict[str, str], Any]],
-                on_error: str, prices: tuple[float | None, float | None, float], report: Callable[[str], None],
-                summary: BatchSummary) -> None:
+                on_error: str, prices: tuple[float | None, float | None, float],
+                report: Callable[[WattGPUError], None], summary: BatchSummary) -> None:
     w = csv.DictWriter(fo, fieldnames=fields, extrasaction="ignore")
     w.writeheader()
     for _, row, r in results:
@@ -437,7 +495,7 @@ def _write_rows(fo: IO[str], fields: list[str], results: Iterator[tuple[int, dic
                 raise r
             summary.skipped += 1
             summary.reasons[getattr(r, "reason", "not predictable")] += 1
-            report(f"error: {r}")
+            report(r)
             rec["error"] = getattr(r, "problem", str(r))
         else:
             summary.predicted += 1

@@ -43,6 +43,7 @@ def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 _WL = Workload()  # the defaults live once, on the Workload dataclass
+SHOWN_ROW_ERRORS = 10  # skipped CSV rows printed on stderr; the rest are counted by reason (and --errors FILE)
 
 
 def workload_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -184,15 +185,20 @@ def price_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--output", "output_csv", default=None, type=click.Path(dir_okay=False), help="CSV to write (with --input).")
 @click.option("--on-error", type=click.Choice(["skip", "stop"]), default="skip", show_default=True,
               help="With --input: skip a bad row (reported with its line, `error` column) or stop at it.")
+@click.option("--errors", "errors_csv", default=None, type=click.Path(dir_okay=False),
+              help="With --input: write every skipped row (line, column, reason, error) to this CSV; stderr "
+                   f"shows the first {SHOWN_ROW_ERRORS} and a summary by reason.")
 @click.option("--json", "as_json", is_flag=True, help="Print stable JSON.")
 @models_option
 @guarded
 def predict(llm: str | None, gpu: str | None, as_json: bool, usd_per_kwh: float | None, gco2_per_kwh: float | None,
-            pue: float, input_csv: str | None, output_csv: str | None, on_error: str, dtype: str, models: str | None,
-            **wl: Any) -> None:
+            pue: float, input_csv: str | None, output_csv: str | None, on_error: str, errors_csv: str | None,
+            dtype: str, models: str | None, **wl: Any) -> None:
     """Predict power, ITL, throughput and energy for one LLM on one GPU (or many rows with --input)."""
     from .errors import WattGPUError
 
+    if errors_csv is not None and input_csv is None:
+        raise WattGPUError("--errors goes with --input (it lists the CSV rows that were skipped)")
     if input_csv is not None or output_csv is not None:
         if input_csv is None or output_csv is None:
             raise WattGPUError("--input and --output go together (CSV in, CSV out)")
@@ -204,8 +210,14 @@ def predict(llm: str | None, gpu: str | None, as_json: bool, usd_per_kwh: float 
 
         summary = predict_csv(input_csv, output_csv, on_error=on_error, defaults=make_workload(**wl),
                               prices=(usd_per_kwh, gco2_per_kwh, pue), predictor=_predictor(models),
-                              report=lambda msg: click.echo(msg, err=True))
+                              report=lambda msg: click.echo(msg, err=True), errors_path=errors_csv,
+                              report_limit=SHOWN_ROW_ERRORS)
+        if summary.skipped > SHOWN_ROW_ERRORS:
+            where = f"all in {errors_csv}" if errors_csv else "--errors FILE lists every one"
+            click.echo(f"... {summary.skipped - SHOWN_ROW_ERRORS} more skipped rows not shown ({where})", err=True)
         click.echo(f"wrote {output_csv}: {summary.line()}", err=True)
+        if errors_csv is not None:
+            click.echo(f"wrote {errors_csv}: {summary.skipped} skipped rows", err=True)
         if summary.exit_code:
             sys.exit(summary.exit_code)
         return

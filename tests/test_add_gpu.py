@@ -96,6 +96,7 @@ def test_the_new_gpu_is_predicted_with_the_bundle(synced: Path) -> None:
     g = pred.catalog.gpu(SYNTHETIC)
     assert g.idle_power_w is None or g.idle_power_w <= p.power_w
     assert 0 < p.power_w <= g.tdp_w and p.itl_s > 0 and p.throughput_tok_s > 0
+    assert any(f"{SYNTHETIC} was not measured in training" in w for w in p.warnings)  # as docs/adding.md says
     assert Predictor(models=synced / "models").predict("SYNTHETIC-GPU", LLM) == p  # its alias resolves too
     with pytest.raises(UnknownEntityError, match="SYNTHETIC"):  # the packaged bundle never saw it
         Predictor().predict(SYNTHETIC, LLM)

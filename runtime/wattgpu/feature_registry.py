@@ -40,22 +40,25 @@ def feature(name: str, unit: str, description: str) -> Callable[[Callable[[Colum
     return register
 
 
-def _alias(name: str, column: str, unit: str, description: str) -> None:
+def _alias(name: str, unit: str, description: str, column: str | None = None) -> None:
+    """A feature that is a raw or derived column as it is (``column``, default: the feature's own name)."""
+    key = name if column is None else column
+
     def column_of(c: Columns) -> np.ndarray:
-        return c[column]
+        return c[key]
 
     feature(name, unit, description)(column_of)
 
 
 # --- GPU spec-sheet features
-_alias("gpu_tdp_w", "gpu_tdp_w", "W", "board power limit (TDP)")
-_alias("gpu_mem_bw_gb_s", "gpu_memory_bandwidth_gb_s", "GB/s", "peak DRAM bandwidth")
-_alias("gpu_mem_gb", "gpu_memory_size_gb", "GB", "GPU memory capacity")
-_alias("gpu_fp16_tflops", "gpu_fp16_tflops", "TFLOPS", "dense FP16 tensor peak")
-_alias("gpu_release_year", "gpu_release_year", "year", "launch year")
-_alias("gpu_base_clock_mhz", "gpu_base_clock_mhz", "MHz", "base graphics clock (NaN if unpublished)")
-_alias("gpu_mem_type_code", "gpu_memory_type_code", "ordinal", f"memory type in order {MEMORY_TYPE_ORDER}")
-_alias("gpu_transistors_million", "gpu_transistors_million", "million", "transistor count (NaN if unpublished)")
+_alias("gpu_tdp_w", "W", "board power limit (TDP)")
+_alias("gpu_mem_bw_gb_s", "GB/s", "peak DRAM bandwidth", column="gpu_memory_bandwidth_gb_s")
+_alias("gpu_mem_gb", "GB", "GPU memory capacity", column="gpu_memory_size_gb")
+_alias("gpu_fp16_tflops", "TFLOPS", "dense FP16 tensor peak")
+_alias("gpu_release_year", "year", "launch year")
+_alias("gpu_base_clock_mhz", "MHz", "base graphics clock (NaN if unpublished)")
+_alias("gpu_mem_type_code", "ordinal", f"memory type in order {MEMORY_TYPE_ORDER}", column="gpu_memory_type_code")
+_alias("gpu_transistors_million", "million", "transistor count (NaN if unpublished)")
 
 
 @feature("gpu_boost_base_ratio", "ratio", "boost / base clock")
@@ -79,13 +82,13 @@ def _fl_per_w(c: Columns) -> np.ndarray:
 
 
 # --- LLM config features
-_alias("llm_params_b", "llm_total_params_b", "1e9", "total parameters")
-_alias("llm_active_params_b", "llm_active_params_b", "1e9", "parameters used per token (MoE: top-k experts)")
-_alias("llm_layers", "llm_num_layers", "count", "hidden layers")
-_alias("llm_hidden", "llm_hidden_size", "count", "hidden size")
-_alias("llm_heads", "llm_num_attention_heads", "count", "attention heads")
-_alias("llm_kv_heads", "llm_num_kv_heads", "count", "KV heads (GQA)")
-_alias("llm_model_type_code", "llm_model_type_code", "ordinal", "config model_type (NaN if unseen)")
+_alias("llm_params_b", "1e9", "total parameters", column="llm_total_params_b")
+_alias("llm_active_params_b", "1e9", "parameters used per token (MoE: top-k experts)")
+_alias("llm_layers", "count", "hidden layers", column="llm_num_layers")
+_alias("llm_hidden", "count", "hidden size", column="llm_hidden_size")
+_alias("llm_heads", "count", "attention heads", column="llm_num_attention_heads")
+_alias("llm_kv_heads", "count", "KV heads (GQA)", column="llm_num_kv_heads")
+_alias("llm_model_type_code", "ordinal", "config model_type (NaN if unseen)")
 
 
 @feature("llm_log_params_b", "log(1e9)", "natural log of total parameters in billions")
@@ -109,16 +112,16 @@ def _is_moe(c: Columns) -> np.ndarray:
 
 
 # --- workload features
-_alias("wl_kind_code", "wl_kind_code", "ordinal", f"workload kind in order {KINDS}")
-_alias("wl_engine_code", "wl_engine_code", "ordinal", f"engine in order {ENGINES}")
-_alias("wl_scenario_code", "wl_scenario_code", "ordinal", f"paper scenario in order {SCENARIOS}")
-_alias("wl_max_batch", "wl_max_batch", "sequences", "engine batch cap (max_num_seqs)")
-_alias("wl_input_tokens", "wl_input_tokens", "tokens", "mean prompt length")
-_alias("wl_output_tokens", "wl_output_tokens", "tokens", "mean generated length")
+_alias("wl_kind_code", "ordinal", f"workload kind in order {KINDS}")
+_alias("wl_engine_code", "ordinal", f"engine in order {ENGINES}")
+_alias("wl_scenario_code", "ordinal", f"paper scenario in order {SCENARIOS}")
+_alias("wl_max_batch", "sequences", "engine batch cap (max_num_seqs)")
+_alias("wl_input_tokens", "tokens", "mean prompt length")
+_alias("wl_output_tokens", "tokens", "mean generated length")
 
 
-_alias("wl_engine_era_code", "wl_engine_era_code", "ordinal", f"serving-stack era in order {ENGINE_ERAS}")
-_alias("wl_itl_stat_code", "wl_itl_stat_code", "ordinal", f"ITL statistic in order {ITL_STATS}")
+_alias("wl_engine_era_code", "ordinal", f"serving-stack era in order {ENGINE_ERAS}")
+_alias("wl_itl_stat_code", "ordinal", f"ITL statistic in order {ITL_STATS}")
 
 
 @feature("wl_log_arrival_rate", "log(req/s)", "log of the Poisson arrival rate (server); NaN for offline and closed loop")
@@ -193,7 +196,7 @@ def _duty(c: Columns) -> np.ndarray:
 
 
 # --- tensor-parallel features (1 and 0 on single-GPU rows)
-_alias("wl_tp", "wl_tp", "GPUs", "tensor-parallel degree: GPUs the model is split over")
+_alias("wl_tp", "GPUs", "tensor-parallel degree: GPUs the model is split over")
 
 
 @feature("tp_comm_share", "fraction", "all-reduce time / whole roofline decode step (0 on one GPU)")

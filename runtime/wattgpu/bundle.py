@@ -1,4 +1,9 @@
-"""The model bundle: WattGPU's one artifact format, written by export and read by the runtime.
+"""The model bundle: WattGPU's one artifact format, its writer beside its reader.
+
+Export builds the manifest with :func:`new_manifest` and :func:`model_entry` and writes it with
+:func:`write_bundle`; ``wattgpu calibrate`` and ``wattgpu-train sync-catalog`` replace a section or the
+catalog with :func:`rewrite_bundle` (same ONNX files, no refit); the runtime reads it with
+:class:`ModelBundle`. Only JSON and hashes live here: the ONNX bytes come from export.
 
 A bundle is a directory holding ``feature_schema.json`` (the manifest), one ONNX file per target and
 the catalog snapshot (``specs.json``). The manifest records every file's sha256; each ONNX file

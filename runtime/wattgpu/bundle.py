@@ -26,9 +26,11 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import os
 import threading
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from .errors import ArtifactError, ConfigFileError
@@ -261,7 +263,7 @@ def _read_v1(data: Mapping[str, Any], r: _Reader, keys: tuple[str, ...] = MANIFE
             r.value(m, k, where, lambda v: _is_number(v) and v >= 0, "a finite number ≥ 0")
         models[target] = ModelSchema(target=target, file=r.file_name(m, "file", where), sha256=r.digest(m, "sha256", where),
                                      features=tuple(feats), transform=transform,
-                                     unit=r.value(m, "unit", where, UNITS[target].__eq__, UNITS[target]),
+                                     unit=r.value(m, "unit", where, partial(operator.eq, UNITS[target]), UNITS[target]),
                                      input_name=r.text(m, "input_name", where))
     missing = [t for t in TARGETS if t not in models]
     if missing:

@@ -135,9 +135,7 @@ def test_predict_takes_the_scalar_path_and_equals_predict_specs(pred: Predictor,
 
 def test_a_feature_that_only_works_on_arrays_is_caught(monkeypatch) -> None:
     """A future feature written with array-only calls breaks the scalar path loudly, not silently."""
-    reg = dict(F.REGISTRY)
-    monkeypatch.setattr(F, "REGISTRY", reg)
-    reg["array_only"] = F.Feature("array_only", "-", "test", lambda c: (c["llm_num_experts"] > 1).astype(float))
+    monkeypatch.setitem(F.REGISTRY, "array_only", F.Feature("array_only", "-", "test", lambda c: (c["llm_num_experts"] > 1).astype(float)))
     row = (Predictor().catalog.gpus[0], Predictor().catalog.llms[0], Workload())
     with pytest.raises(AttributeError):
         F.row_vector(["array_only"], F.row_columns(row))

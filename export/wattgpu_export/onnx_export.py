@@ -13,9 +13,6 @@ import xgboost as xgb
 from onnxmltools.convert.common.data_types import FloatTensorType
 
 from wattgpu import bundle
-from wattgpu.features import REGISTRY
-from wattgpu.specs import CATALOG_RESOURCE
-from wattgpu.targets import UNITS
 
 PARITY_RTOL = 1e-6  # max |onnx - xgboost| / max(|xgboost|, 1e-6) over every training row
 TARGET_OPSET = 15
@@ -80,28 +77,13 @@ def export_models(*, recipe_name: str, models: Mapping[str, Any], matrices: Mapp
     and the runtime reads the manifest back.
     """
     catalog_bytes = catalog_path.read_bytes()
-    schema: dict[str, Any] = {
-        "schema_version": bundle.FORMAT_VERSION,
-        "recipe": recipe_name,
-        "models": {},
-        "catalog": {"file": CATALOG_RESOURCE, "sha256": bundle.sha256(catalog_bytes)},
-        "training": dict(training),
-        "intervals": dict(intervals or {}),
-        "domain": dict(domain or {}),
-        "producer": producer_versions(),
-        "calibration": None,  # set only by `wattgpu calibrate` (wattgpu.calibration)
-    }
+    schema = bundle.new_manifest(recipe=recipe_name, catalog_bytes=catalog_bytes, training=training,
+                                 producer=producer_versions(), intervals=intervals, domain=domain)
     blobs: dict[str, bytes] = {}
     for target, fitted in models.items():
         rec = fitted.recipe
-        entry: dict[str, Any] = {
-            "file": f"{target}.onnx", "transform": rec.transform, "unit": UNITS[target], "input_name": INPUT_NAME,
-            "features": [{"name": f, "unit": REGISTRY[f].unit, "description": REGISTRY[f].description}
-                         for f in rec.features],
-            "xgboost_params": {**{k: v for k, v in rec.params.items() if k != "n_jobs"},
-                               "monotone_constraints": dict(rec.monotone)},
-            "parity_rtol": PARITY_RTOL,
-        }
+        params = {**{k: v for k, v in rec.params.items() if k != "n_jobs"}, "monotone_constraints": dict(rec.monotone)}
+        entry = bundle.model_entry(target, rec.features, rec.transform, params, PARITY_RTOL, INPUT_NAME)
         schema["models"][target] = entry
         onx = convert(fitted.booster, len(rec.features))
         stamp(onx, bundle.onnx_metadata(schema, target))

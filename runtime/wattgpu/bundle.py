@@ -1,4 +1,9 @@
-"""The model bundle: WattGPU's one artifact format, written by export and read by the runtime.
+"""The model bundle: WattGPU's one artifact format, its writer beside its reader.
+
+Export builds the manifest with :func:`new_manifest` and :func:`model_entry` and writes it with
+:func:`write_bundle`; ``wattgpu calibrate`` and ``wattgpu-train sync-catalog`` replace a section or the
+catalog with :func:`rewrite_bundle` (same ONNX files, no refit); the runtime reads it with
+:class:`ModelBundle`. Only JSON and hashes live here: the ONNX bytes come from export.
 
 A bundle is a directory holding ``feature_schema.json`` (the manifest), one ONNX file per target and
 the catalog snapshot (``specs.json``). The manifest records every file's sha256; each ONNX file
@@ -21,10 +26,12 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import os
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from functools import partial
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from .errors import ArtifactError, ConfigFileError
 from .features import REGISTRY
@@ -256,7 +263,7 @@ def _read_v1(data: Mapping[str, Any], r: _Reader, keys: tuple[str, ...] = MANIFE
             r.value(m, k, where, lambda v: _is_number(v) and v >= 0, "a finite number ≥ 0")
         models[target] = ModelSchema(target=target, file=r.file_name(m, "file", where), sha256=r.digest(m, "sha256", where),
                                      features=tuple(feats), transform=transform,
-                                     unit=r.value(m, "unit", where, lambda v, u=UNITS[target]: v == u, UNITS[target]),
+                                     unit=r.value(m, "unit", where, partial(operator.eq, UNITS[target]), UNITS[target]),
                                      input_name=r.text(m, "input_name", where))
     missing = [t for t in TARGETS if t not in models]
     if missing:
@@ -347,6 +354,27 @@ def _read_v2(data: Mapping[str, Any], r: _Reader) -> FeatureSchema:
 READERS: dict[int, Callable[[Mapping[str, Any], _Reader], FeatureSchema]] = {1: _read_v1, 2: _read_v2}
 
 
+# ---- writing: the manifest is built here, beside its reader (export adds ONNX bytes, calibrate a section)
+def new_manifest(*, recipe: str, catalog_bytes: bytes, training: Mapping[str, Any], producer: Mapping[str, str],
+                 intervals: Mapping[str, Any] | None = None, domain: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A manifest of this format with no models yet (:func:`model_entry` makes each); the catalog is
+    hashed from ``catalog_bytes``. Sections are described in this module's docstring."""
+    return {"schema_version": FORMAT_VERSION, "recipe": recipe, "models": {},
+            "catalog": {"file": CATALOG_RESOURCE, "sha256": sha256(catalog_bytes)},
+            "training": dict(training), "intervals": dict(intervals or {}), "domain": dict(domain or {}),
+            "producer": dict(producer),
+            "calibration": None}  # set only by `wattgpu calibrate` (wattgpu.calibration)
+
+
+def model_entry(target: str, features: Sequence[str], transform: str, params: Mapping[str, Any], parity_rtol: float,
+                input_name: str = "input") -> dict[str, Any]:
+    """One ``models`` entry: each feature labelled with its registry unit and description. The caller sets
+    ``sha256`` and ``parity_max_rel_diff`` once the ONNX bytes exist."""
+    return {"file": f"{target}.onnx", "transform": transform, "unit": UNITS[target], "input_name": input_name,
+            "features": [{"name": f, "unit": REGISTRY[f].unit, "description": REGISTRY[f].description} for f in features],
+            "xgboost_params": dict(params), "parity_rtol": parity_rtol}
+
+
 def onnx_metadata(schema: Mapping[str, Any], target: str) -> dict[str, str]:
     """The ``wattgpu.*`` metadata export stamps into ``target``'s ONNX file, from its manifest dict."""
     m = schema["models"][target]
@@ -397,6 +425,24 @@ def write_bundle(out_dir: Path, schema: Mapping[str, Any], blobs: Mapping[str, b
     if not catalog.is_file() or catalog.read_bytes() != catalog_bytes:  # the source may be this very file
         catalog.write_bytes(catalog_bytes)
     (out_dir / SCHEMA_FILE).write_bytes(manifest)
+
+
+def rewrite_bundle(base: "ModelBundle", out_dir: Path, catalog_bytes: bytes,
+                   sections: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Write ``base``'s model files unchanged (hash-checked) with ``catalog_bytes`` as its catalog and the
+    manifest's other ``sections`` replaced, as a bundle of this format in ``out_dir`` (``base``'s own
+    directory is allowed): a new catalog or calibration without refitting. Returns the manifest written.
+
+    The old catalog need not match its hash: it is the file being replaced."""
+    raw = base.read(SCHEMA_FILE)
+    schema = read_manifest(raw, base.label(SCHEMA_FILE))
+    blobs = {m.file: base.read_verified(m.file, m.sha256, "(tampered, truncated or from another export); re-export")
+             for m in schema.models.values()}
+    manifest: dict[str, Any] = {"calibration": None, **json.loads(raw), **dict(sections or {})}
+    manifest["schema_version"] = FORMAT_VERSION
+    manifest["catalog"] = {**manifest["catalog"], "sha256": sha256(catalog_bytes)}
+    write_bundle(out_dir, manifest, blobs, catalog_bytes)
+    return manifest
 
 
 # ---- the reader the runtime uses

@@ -453,13 +453,8 @@ def of(bundle: "ModelBundle") -> Calibration | None:
 def write_calibrated(base: "ModelBundle", cal: Calibration, out_dir: "Path") -> dict[str, Any]:
     """Write ``base`` plus ``cal`` as a complete bundle in ``out_dir``: the same model files (hashes
     checked on reading), the catalog with measured idle powers, a format-2 manifest. Returns it."""
-    from .bundle import FORMAT_VERSION, SCHEMA_FILE, read_manifest, sha256, write_bundle
+    from .bundle import rewrite_bundle
 
-    schema = base.schema
-    manifest = json.loads(base.read(SCHEMA_FILE))
-    read_manifest(json.dumps(manifest).encode(), base.label(SCHEMA_FILE))
-    blobs = {m.file: base.read_verified(m.file, m.sha256, "(tampered or truncated); reinstall or re-export")
-             for m in schema.models.values()}
     doc = base.catalog_document()
     for entry in doc.get("gpus", []):
         g = cal.gpus.get(entry.get("name"))
@@ -468,11 +463,7 @@ def write_calibrated(base: "ModelBundle", cal: Calibration, out_dir: "Path") -> 
             entry["spec"]["idle_power_source"] = (f"measured by the user: mean idle_power_w of {g.runs} run(s) "
                                                   "given to wattgpu calibrate")
     catalog_bytes = (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode("utf-8")
-    manifest["schema_version"] = FORMAT_VERSION
-    manifest["catalog"]["sha256"] = sha256(catalog_bytes)
-    manifest["calibration"] = cal.to_section()
-    write_bundle(out_dir, manifest, blobs, catalog_bytes)
-    return manifest
+    return rewrite_bundle(base, out_dir, catalog_bytes, {"calibration": cal.to_section()})
 
 
 def check_base(base: "ModelBundle") -> None:

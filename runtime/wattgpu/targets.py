@@ -57,28 +57,29 @@ def _step_excess_s(c: Columns) -> np.ndarray:
     return c["step_overhead_s"]
 
 
+Transform = tuple[Callable[[np.ndarray, Columns], np.ndarray], Callable[[np.ndarray, Columns], np.ndarray], str]
+
+
+def _log_ratio(column: str, description: str) -> Transform:
+    """learned = log(physical / ``column``), physical = exp(learned) · ``column``."""
+    return (lambda y, c: ops.log(y / c[column]), lambda z, c: ops.exp(z) * c[column], description)
+
+
 # name -> (forward(physical, cols) -> learned, inverse(learned, cols) -> physical, description)
-TRANSFORMS: dict[str, tuple[Callable[[np.ndarray, Columns], np.ndarray], Callable[[np.ndarray, Columns], np.ndarray], str]] = {
+TRANSFORMS: dict[str, Transform] = {
     "ratio_to_tdp": (
         lambda y, c: y / c["gpu_tdp_w"],
         lambda z, c: z * c["gpu_tdp_w"],
         "power / TDP (the paper's normalised power)",
     ),
-    "log_ratio_to_roofline": (
-        lambda y, c: ops.log(y / c["roofline_itl_s"]),
-        lambda z, c: ops.exp(z) * c["roofline_itl_s"],
-        "log(ITL / roofline decode-step time at the effective batch): an efficiency",
-    ),
-    "log_ratio_to_step_time": (
-        lambda y, c: ops.log(y / c["step_time_s"]),
-        lambda z, c: ops.exp(z) * c["step_time_s"],
-        "log(ITL / (roofline step time + layers x engine per-layer overhead)): an efficiency of the physical step",
-    ),
-    "log_ratio_to_duty_power": (
-        lambda y, c: ops.log(y / c["duty_power_w"]),
-        lambda z, c: ops.exp(z) * c["duty_power_w"],
-        "log(power / TDP·(0.3 + 0.7·roofline duty)): a bounded correction to a physical busy-power estimate",
-    ),
+    "log_ratio_to_roofline": _log_ratio(
+        "roofline_itl_s", "log(ITL / roofline decode-step time at the effective batch): an efficiency"),
+    "log_ratio_to_step_time": _log_ratio(
+        "step_time_s", "log(ITL / (roofline step time + layers x engine per-layer overhead)): an efficiency of the "
+        "physical step"),
+    "log_ratio_to_duty_power": _log_ratio(
+        "duty_power_w", "log(power / TDP·(0.3 + 0.7·roofline duty)): a bounded correction to a physical busy-power "
+        "estimate"),
     "logit_activity_over_duty": (
         lambda y, c: _logit(_activity(y, c)) - _prior_logit(c),
         _power_from_logit,

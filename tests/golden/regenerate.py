@@ -2,6 +2,9 @@
 
     python tests/golden/regenerate.py            # rewrite the golden file
     python tests/golden/regenerate.py --check    # exit 1 if the code no longer reproduces it
+    python tests/golden/regenerate.py --models DIR   # from another bundle (default: the packaged one)
+
+``wattgpu-train sync-catalog`` runs it after a catalog change (a GPU added: its rows join the file).
 
 Rule: a refactor must leave this file unchanged (``tests/test_golden.py`` compares at 1e-9 relative).
 A commit that changes predictions on purpose (new models, new physics) regenerates it *in the same
@@ -72,13 +75,14 @@ def _row(p: Any, text: _Texts) -> list[Any]:
             [text(w) for w in p.warnings]]
 
 
-def compute() -> dict[str, Any]:
-    """Every golden number from the code on ``sys.path`` (the tree's runtime when run from tests)."""
+def compute(models: str | None = None) -> dict[str, Any]:
+    """Every golden number from the code on ``sys.path`` (the tree's runtime when run from tests) and the
+    bundle ``models`` (default: the packaged one)."""
     import wattgpu
     from wattgpu.predictor import Predictor
     from wattgpu.workload import Workload
 
-    pred = Predictor()
+    pred = Predictor(models=models)
     cat = pred.catalog
     llms = [cat.llm(n) for n in LLMS]
     keys, triples = [], []
@@ -105,7 +109,8 @@ def compute() -> dict[str, Any]:
 def main(argv: list[str]) -> int:
     for d in ("runtime", "train", "export"):
         sys.path.insert(0, str(REPO / d))
-    data = compute()
+    models = argv[argv.index("--models") + 1] if "--models" in argv else None
+    data = compute(models)
     if "--check" in argv:
         from compare import differences  # type: ignore[import-not-found]
 

@@ -13,6 +13,7 @@ import click  # a runtime dependency; pandas/XGBoost load only inside the comman
 DEFAULT_DATA = Path("data")
 DEFAULT_SPECS = Path("specs.json")
 DEFAULT_MODELS = Path("runtime") / "wattgpu" / "models"
+DEFAULT_GOLDEN = Path("tests") / "golden" / "regenerate.py"
 
 
 def _require_training_extra() -> None:
@@ -88,6 +89,21 @@ def build_specs_cmd(catalog_dir: Path, paper_dir: Path, out: Path) -> None:
     """Write specs.json from the spec tables in data/."""
     data = _pipeline().build_specs(catalog_dir, paper_dir, out)
     click.echo(f"wrote {out}: {len(data['gpus'])} GPUs, {len(data['llms'])} LLMs (catalog {data['catalog_version']})")
+
+@main.command("sync-catalog")
+@click.option("--catalog-dir", type=click.Path(path_type=Path), default=DEFAULT_DATA / "catalog", show_default=True)
+@click.option("--paper-dir", type=click.Path(path_type=Path), default=DEFAULT_DATA / "paper", show_default=True)
+@click.option("--specs", type=click.Path(path_type=Path), default=DEFAULT_SPECS, show_default=True)
+@click.option("--models", type=click.Path(path_type=Path, file_okay=False), default=DEFAULT_MODELS, show_default=True,
+              help="The bundle that gets the new catalog (its models are kept).")
+@click.option("--golden", type=click.Path(path_type=Path, dir_okay=False), default=DEFAULT_GOLDEN, show_default=True,
+              help="Golden script to rerun on that bundle.")
+@click.option("--no-golden", is_flag=True, help="Do not regenerate the golden file.")
+def sync_catalog_cmd(catalog_dir: Path, paper_dir: Path, specs: Path, models: Path, golden: Path, no_golden: bool) -> None:
+    """After adding a GPU or LLM to data/catalog: rebuild specs.json, copy it into the models bundle with its
+    manifest hash updated (no refit) and regenerate the golden predictions."""
+    data = _pipeline().sync_catalog(catalog_dir, paper_dir, specs, models, None if no_golden else golden, log=click.echo)
+    click.echo(f"catalog {data['catalog_version']} in sync: {specs}, {models}")
 
 @main.command("fit")
 @click.option("--data-dir", type=click.Path(path_type=Path, exists=True), default=DEFAULT_DATA, show_default=True)

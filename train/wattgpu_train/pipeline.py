@@ -1,6 +1,7 @@
 """Training as a library: build the catalog, load measured rows, fit, evaluate and export a bundle.
 
-Every ``wattgpu-train`` command is one call here; a notebook or a test calls the same functions::
+Every ``wattgpu-train`` command is one call here (``sync_catalog`` after a catalog edit); a notebook or a
+test calls the same functions::
 
     from wattgpu_train.pipeline import load, fit, export
     data = load("data", "specs.json")
@@ -69,6 +70,42 @@ def build_specs(catalog_dir: str | Path, paper_dir: str | Path, out: str | Path)
     from .catalog import write_specs
 
     return write_specs(Path(out), Path(catalog_dir), Path(paper_dir))
+
+
+def sync_catalog(catalog_dir: str | Path, paper_dir: str | Path, specs: str | Path, models: str | Path,
+                 golden: str | Path | None = None, log: Log = _quiet) -> dict[str, Any]:
+    """After a spec table changed (a GPU or LLM added): rebuild ``specs``, install it as the catalog of the
+    bundle ``models`` with its manifest hash updated (the ONNX files are kept: no refit), then run the
+    golden script ``golden`` (``tests/golden/regenerate.py``) on that bundle. Returns the catalog."""
+    from wattgpu.bundle import ModelBundle, rewrite_bundle
+
+    if golden is not None and not Path(golden).is_file():
+        raise ValueError(f"{golden}: golden script not found; run from the repository root or skip it (--no-golden)")
+    data = build_specs(catalog_dir, paper_dir, specs)
+    log(f"wrote {specs}: {len(data['gpus'])} GPUs, {len(data['llms'])} LLMs")
+    rewrite_bundle(ModelBundle(models), Path(models), Path(specs).read_bytes())
+    log(f"installed it in {models} (manifest catalog sha256 updated; models unchanged)")
+    if golden is not None:
+        _run_golden(Path(golden), Path(models))
+        log(f"regenerated the golden file with {golden}")
+    return data
+
+
+def _run_golden(script: Path, models: Path) -> None:
+    """Run the golden script on ``models`` with this process's ``wattgpu`` first on the path."""
+    import os
+    import subprocess
+    import sys
+
+    import wattgpu
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(Path(wattgpu.__file__).resolve().parents[1]), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    env.pop("WATTGPU_MODELS", None)
+    done = subprocess.run([sys.executable, str(script), "--models", str(models)], env=env,
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise ValueError(f"{script} failed (exit {done.returncode}): {done.stderr.strip()[-500:]}")
 
 
 def load(data_dir: str | Path = "data", specs: str | Path = "specs.json",

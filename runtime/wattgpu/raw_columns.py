@@ -1,0 +1,170 @@
+"""Raw feature columns: (GPU, LLM, workload) triples → named numpy columns (or one row of floats).
+
+The columns read from the specs, their ordinal vocabularies, and the two ways to build them: ``columns(rows)``
+for a batch (numpy arrays) and ``row_columns(row)`` for one row (plain floats, the scalar path). Both end in
+:func:`wattgpu.derived.derive`, which adds the physics-derived columns.
+"""
+from __future__ import annotations
+
+import math
+from operator import itemgetter
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from . import memory, physics
+from .derived import Columns, derive
+from .specs import GpuSpec, LlmSpec, MEMORY_TYPES
+from .workload import ENGINE_ERAS, ENGINES, ITL_STATS, KINDS, Workload
+
+# Ordinal vocabularies (fixed order: codes are part of the trained models' meaning).
+MEMORY_TYPE_ORDER = ("LPDDR5", "GDDR5", "GDDR6", "GDDR6X", "GDDR7", "HBM2", "HBM2e", "HBM3", "HBM3e")
+SCENARIOS = ("offline", "server_low", "server_high", "closed_loop")
+MODEL_TYPES = (
+    "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3",
+    "gemma3_text", "phi", "phi3", "phi3small", "phimoe", "gpt_neox", "gptj", "gpt2", "gpt_bigcode", "starcoder2",
+    "falcon", "mpt", "bloom", "codegen", "stablelm", "olmo2", "olmoe", "granite", "granitemoe", "internlm2",
+    "deepseek", "deepseek_v3", "nemotron", "nemotron_h", "gpt_oss", "llama4", "exaone", "cohere", "solar",
+)
+assert set(MEMORY_TYPE_ORDER) == set(MEMORY_TYPES)
+
+
+def _code(vocab: Sequence[str], value: str) -> float:
+    """Ordinal code of ``value`` in ``vocab``; NaN when unseen (trees route NaN down the learned default)."""
+    try:
+        return float(vocab.index(value))
+    except ValueError:
+        return math.nan
+
+
+def _opt(x: float | None) -> float:
+    return math.nan if x is None else float(x)
+
+
+# Raw per-row columns read from the specs; everything else derives from these.
+_GPU_FIELDS = ("tdp_w", "memory_size_gb", "memory_bandwidth_gb_s", "fp16_tflops", "release_year")
+_LLM_FIELDS = ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "head_dim", "intermediate_size",
+               "vocab_size", "total_params_b", "active_params_b", "num_experts", "experts_per_tok",
+               "weight_bytes_per_param", "kv_layers")
+_WL_FIELDS = ("max_batch", "input_tokens", "output_tokens", "gpu_memory_utilization")
+
+
+def _gpu_values(g: GpuSpec) -> tuple[float, ...]:
+    return (*(float(getattr(g, f)) for f in _GPU_FIELDS), _opt(g.base_clock_mhz), _opt(g.boost_clock_mhz),
+            _opt(g.transistors_million), _code(MEMORY_TYPE_ORDER, g.memory_type), _opt(g.fp8_tflops),
+            _opt(g.fp4_tflops))
+
+
+def _llm_values(m: LlmSpec) -> tuple[float, ...]:
+    return (*(float(getattr(m, f)) for f in _LLM_FIELDS), _code(MODEL_TYPES, m.model_type),
+            float(m.kv_lora_rank), float(m.qk_rope_head_dim), _opt(m.sliding_window), _opt(m.sliding_window_layers),
+            float(m.compute_dtype == "fp8"), float(m.compute_dtype == "fp4"))
+
+
+def _wl_values(w: Workload) -> tuple[float, ...]:
+    return (*(float(getattr(w, f)) for f in _WL_FIELDS), _code(KINDS, w.kind), _code(ENGINES, w.engine),
+            _code(SCENARIOS, physics.paper_scenario(w.kind, w.qps)), _opt(w.qps), _opt(w.concurrency),
+            math.inf if w.num_requests is None else float(w.num_requests), memory.kv_element_bytes(w.kv_cache_dtype),
+            _code(ENGINE_ERAS, w.engine_era), _code(ITL_STATS, w.itl_stat))
+
+
+# Raw column names, in the order the ``_*_values`` functions above return them.
+_GPU_KEYS = (*("gpu_" + f for f in _GPU_FIELDS), "gpu_base_clock_mhz", "gpu_boost_clock_mhz",
+             "gpu_transistors_million", "gpu_memory_type_code", "gpu_fp8_tflops", "gpu_fp4_tflops")
+_LLM_KEYS = (*("llm_" + f for f in _LLM_FIELDS), "llm_model_type_code", "llm_kv_lora_rank", "llm_qk_rope_head_dim",
+             "llm_sliding_window", "llm_sliding_window_layers", "llm_fp8_compute", "llm_fp4_compute")
+_WL_KEYS = (*("wl_" + f for f in _WL_FIELDS), "wl_kind_code", "wl_engine_code", "wl_scenario_code", "wl_qps",
+            "wl_concurrency", "wl_num_requests", "wl_kv_element_bytes", "wl_engine_era_code", "wl_itl_stat_code")
+
+
+# Tensor-parallel inputs (wattgpu.parallel): the GPU's interconnect and the workload's TP degree.
+_GPU_LINK_KEYS = ("gpu_nvlink_gb_s", "gpu_nvlink_group", "gpu_pcie_gen", "gpu_pcie_lanes")
+_TP_KEYS = ("wl_tp",)
+# The GPU's measured idle power (NaN where the catalog has none): the lower bound of the power model.
+_GPU_POWER_KEYS = ("gpu_idle_power_w",)
+
+
+def _gpu_power_values(g: GpuSpec) -> tuple[float, ...]:
+    return (_opt(g.idle_power_w),)
+
+
+def _gpu_link_values(g: GpuSpec) -> tuple[float, ...]:
+    return (_opt(g.nvlink_gb_s), float(g.nvlink_group), _opt(g.pcie_gen), _opt(g.pcie_lanes))
+
+
+def _tp_values(w: Workload) -> tuple[float, ...]:
+    return (float(w.tp),)
+
+
+def columns(rows: Iterable[tuple[GpuSpec, LlmSpec, Workload]]) -> Columns:
+    """Raw numeric columns for a batch of (GPU, LLM, workload) triples.
+
+    Each distinct GPU, LLM and workload object is read once; rows then gather its values by index
+    (batches repeat the same few specs, so this avoids per-row attribute reads).
+    """
+    rows = list(rows)
+    out: Columns = {}
+    parts: tuple[tuple[int, tuple[str, ...], Callable[[Any], tuple[float, ...]]], ...] = (
+        (0, _GPU_KEYS, _gpu_values), (1, _LLM_KEYS, _llm_values), (2, _WL_KEYS, _wl_values),
+        (0, _GPU_LINK_KEYS, _gpu_link_values), (2, _TP_KEYS, _tp_values), (0, _GPU_POWER_KEYS, _gpu_power_values))
+    for part, keys, values in parts:
+        specs = list(map(itemgetter(part), rows))
+        ids = list(map(id, specs))
+        slot: dict[int, int] = {}
+        index = [slot.setdefault(i, len(slot)) for i in ids]  # first-seen order
+        by_id = dict(zip(ids, specs))
+        distinct = [values(by_id[i]) for i in slot]
+        table = np.array(distinct, dtype=np.float64).reshape(len(distinct), len(keys))
+        gathered = table.T[:, np.asarray(index, dtype=np.intp)]  # [keys, rows], each row contiguous
+        for j, key in enumerate(keys):
+            out[key] = gathered[j]
+    return derive(out)
+
+
+def gpu_columns(g: GpuSpec) -> dict[str, float]:
+    """The raw columns one GPU contributes to a row, as floats."""
+    return {**dict(zip(_GPU_KEYS, _gpu_values(g))), **dict(zip(_GPU_LINK_KEYS, _gpu_link_values(g))),
+            **dict(zip(_GPU_POWER_KEYS, _gpu_power_values(g)))}
+
+
+def llm_columns(m: LlmSpec) -> dict[str, float]:
+    """The raw columns one LLM contributes to a row, as floats."""
+    return dict(zip(_LLM_KEYS, _llm_values(m)))
+
+
+def workload_columns(w: Workload) -> dict[str, float]:
+    """The raw columns one workload contributes to a row, as floats."""
+    return {**dict(zip(_WL_KEYS, _wl_values(w))), **dict(zip(_TP_KEYS, _tp_values(w)))}
+
+
+def row_columns(row: tuple[GpuSpec, LlmSpec, Workload],
+                parts: tuple[dict[str, float], dict[str, float], dict[str, float]] | None = None) -> dict[str, float]:
+    """The raw and derived columns of ONE row as plain floats (the scalar twin of :func:`columns`).
+
+    ``parts``: the row's :func:`gpu_columns`, :func:`llm_columns`, :func:`workload_columns` when the
+    caller has them already (they are read-only here)."""
+    g, m, w = row
+    gc, lc, wc = parts if parts is not None else (gpu_columns(g), llm_columns(m), workload_columns(w))
+    c = {**gc, **lc, **wc}
+    return derive(c)  # type: ignore[arg-type,return-value]
+
+
+GPU_COLUMN_KEYS = (*_GPU_KEYS, *_GPU_LINK_KEYS)  # the spec-sheet columns of one GPU (its identity for calibration; not idle power)
+RAW_KEYS = (*_GPU_KEYS, *_LLM_KEYS, *_WL_KEYS, *_GPU_LINK_KEYS, *_TP_KEYS, *_GPU_POWER_KEYS)
+_CLOSED_LOOP_CODES = {"wl_kind_code": _code(KINDS, "closed_loop"), "wl_scenario_code": _code(SCENARIOS, "closed_loop")}
+
+
+def with_concurrency(cols: Columns, index: np.ndarray, concurrency: np.ndarray, closed_loop: bool) -> Columns:
+    """The columns of rows ``index`` at a fixed ``concurrency``, re-derived without building Workloads.
+
+    Equals :func:`columns` of ``replace(w, concurrency=c)`` (and, with ``closed_loop``, also
+    ``kind="closed_loop", qps=None``) for each row: only those raw workload columns change."""
+    idx = np.asarray(index, dtype=np.intp)
+    raw = {k: cols[k][idx] for k in RAW_KEYS}
+    raw["wl_concurrency"] = np.asarray(concurrency, dtype=np.float64)
+    if closed_loop:
+        for k, v in _CLOSED_LOOP_CODES.items():
+            raw[k] = np.full(len(idx), v)
+        raw["wl_qps"] = np.full(len(idx), math.nan)
+    return derive(raw)
+

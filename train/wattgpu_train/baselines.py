@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from wattgpu import physics
+from wattgpu.targets import inverse
 
 from .dataset import Dataset
 
@@ -19,6 +20,12 @@ def ls_tdp_power(ds: Dataset) -> np.ndarray:
     return rho * ds.cols["gpu_tdp_w"]
 
 
+def duty_prior_power(ds: Dataset) -> np.ndarray:
+    """The bounded power model with no learned correction (z = 0): idle + (TDP − idle) × the duty-power
+    prior's activity, i.e. duty power TDP·(0.3 + 0.7·duty) kept inside [idle, TDP]."""
+    return inverse("logit_activity_over_duty", np.zeros(len(ds)), ds.cols)
+
+
 def roofline_itl(ds: Dataset) -> np.ndarray:
     """Per-sequence ITL = roofline decode-step time at the effective batch (weights + KV + FLOPs)."""
     return np.asarray(ds.cols["roofline_itl_s"], dtype=np.float64).copy()
@@ -30,5 +37,5 @@ def paper_roofline_s_per_token(ds: Dataset) -> np.ndarray:
     return physics.bandwidth_latency_s(ds.cols["llm_total_params_b"], ds.cols["gpu_memory_bandwidth_gb_s"]) / batch
 
 
-POWER_BASELINES = {"tdp": tdp_power, "ls_tdp": ls_tdp_power}
+POWER_BASELINES = {"tdp": tdp_power, "ls_tdp": ls_tdp_power, "duty_prior": duty_prior_power}
 ITL_BASELINES = {"roofline": roofline_itl}

@@ -25,6 +25,7 @@ from .calibrate import LEVELS, grouped_oof, interval_factors
 from .dataset import Dataset, build_dataset
 from .fit import fit_model
 from .recipes import DEFAULT, PAPER, V0_2, ModelRecipe, Recipe
+from .shrink import shrunk_oof
 from .selection import INNER_FOLDS, LEAVE_ONE_GROUP_OUT, grouped_kfold_masks, select
 
 SPLITS = ("cv", "logo", "lolo", "loso")
@@ -40,6 +41,7 @@ QUICK_TREES = 25
 ROUND = 6  # significant digits written to the JSON (keeps reruns byte-identical and diffs readable)
 
 Folds = list[tuple[str, np.ndarray]]  # (fold name, boolean test mask)
+SHRINK_TRANSFORM = "logit_activity_over_duty"  # design (b) of issue 21 is scored when the default uses it
 
 
 # ------------------------------------------------------------------------------------------------
@@ -332,6 +334,8 @@ def evaluate(records: pd.DataFrame, catalog: Catalog, quick: bool = False, n_job
                     pm_full[name] = oof_predictions(rec.model(target), full, folds, n_jobs=n_jobs)
             for name, fn in base.items():
                 pm_full[name] = fn(full)
+            if target == "power" and "default" in pm_full and methods["default"].model(target).transform == SHRINK_TRANSFORM:
+                pm_full["default+shrink"] = shrunk_oof(full, folds, pm_full["default"], SHRINK_TRANSFORM)
             tp_pm[split] = {name: p[~one] for name, p in pm_full.items()}
             pm = {name: p[one] for name, p in pm_full.items()}
             preds[target][split] = pm
@@ -482,6 +486,8 @@ def _energy_pick(datasets: dict[str, Dataset], preds: dict[str, Any]) -> dict[st
         pp, pi = preds["power"][split], preds["itl"][split]
         combos = {name: (name, name) for name in pp if name in pi}
         combos.update({"tdp+roofline": ("tdp", "roofline"), "ls_tdp+roofline": ("ls_tdp", "roofline")})
+        if "default+shrink" in pp and "default" in pi:
+            combos["default+shrink"] = ("default+shrink", "default")
         out[split] = {}
         for name, (a, b) in combos.items():
             est = pp[a][ip] * pi[b][ii] / batch

@@ -167,6 +167,8 @@ def price_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--usd-per-kwh", type=float, default=None, help="Electricity price; adds $ per million tokens."),
         click.option("--gco2-per-kwh", type=float, default=None, help="Grid carbon intensity; adds gCO2e per million tokens."),
         click.option("--pue", type=float, default=1.0, show_default=True, help="Facility PUE applied to cost and carbon."),
+        click.option("--usd-per-gpu-hour", type=float, default=None,
+                     help="GPU rent ($ per GPU-hour); adds the GPU-hour cost per million tokens."),
     ]
     for o in reversed(opts):
         fn = o(fn)
@@ -188,7 +190,7 @@ def price_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 @models_option
 @guarded
 def predict(llm: str | None, gpu: str | None, as_json: bool, usd_per_kwh: float | None, gco2_per_kwh: float | None,
-            pue: float, input_csv: str | None, output_csv: str | None, on_error: str, dtype: str, models: str | None,
+            pue: float, usd_per_gpu_hour: float | None, input_csv: str | None, output_csv: str | None, on_error: str, dtype: str, models: str | None,
             **wl: Any) -> None:
     """Predict power, ITL, throughput and energy for one LLM on one GPU (or many rows with --input)."""
     from .errors import WattGPUError
@@ -203,7 +205,7 @@ def predict(llm: str | None, gpu: str | None, as_json: bool, usd_per_kwh: float 
         from .batch import predict_csv
 
         summary = predict_csv(input_csv, output_csv, on_error=on_error, defaults=make_workload(**wl),
-                              prices=(usd_per_kwh, gco2_per_kwh, pue), predictor=_predictor(models),
+                              prices=(usd_per_kwh, gco2_per_kwh, pue, usd_per_gpu_hour), predictor=_predictor(models),
                               report=lambda msg: click.echo(msg, err=True))
         click.echo(f"wrote {output_csv}: {summary.line()}", err=True)
         if summary.exit_code:
@@ -217,7 +219,7 @@ def predict(llm: str | None, gpu: str | None, as_json: bool, usd_per_kwh: float 
     workload = make_workload(**wl)
     pred = predictor.predict(gpu, with_dtype(predictor.resolve_llm(llm), dtype), workload)
     p = pred.to_dict()
-    p["energy"] = pred.energy(usd_per_kwh, gco2_per_kwh, pue)
+    p["energy"] = pred.energy(usd_per_kwh, gco2_per_kwh, pue, usd_per_gpu_hour)
     if as_json:
         click.echo(json.dumps(p, indent=2, sort_keys=True))
         return
@@ -228,6 +230,10 @@ def predict(llm: str | None, gpu: str | None, as_json: bool, usd_per_kwh: float 
         ("mean power", f"{p['power_w']:.0f} W{_fmt_interval(p['power_intervals'], 1, '.0f')}"
                        + ("" if p["tp"] == 1 else f" per GPU; {p['total_power_w']:.0f} W for {p['tp']} GPUs")),
         ("ITL (per sequence)", f"{p['itl_s'] * 1e3:.1f} ms/token{_fmt_interval(p['itl_intervals'], 1e3, '.1f')}"),
+        ("TTFT", ttft_text(p)),
+        ("end-to-end latency", "unbounded (overloaded)" if p["e2e_latency_s"] is None
+         else f"{p['e2e_latency_s']:.2f} s per request (TTFT + {p['workload']['output_tokens'] - 1} × ITL)"),
+        ("decode step bound", bound_text(p["bound"])),
         ("throughput", f"{num(p['throughput_tok_s'], '.1f')} tokens/s"),
         ("capacity", f"at most {p['max_qps']:.3g} req/s ({p['max_qps'] * p['workload']['output_tokens']:.0f} tokens/s), "
                      f"utilization {p['utilization']:.0%}, KV cache fits {p['max_concurrency']} sequences"),
@@ -242,6 +248,9 @@ def predict(llm: str | None, gpu: str | None, as_json: bool, usd_per_kwh: float 
         rows.append(("idle power", f"{p['idle_power_w']:.1f} W ({p['idle_power_source']})"))
     if e["usd_per_mtok"] is not None:
         rows.append(("cost", f"${num(e['usd_per_mtok'], '.4f')} per million tokens (PUE {pue:g})"))
+    if e["usd_per_mtok_gpu_hours"] is not None:
+        rows.append(("GPU rent", f"${num(e['usd_per_mtok_gpu_hours'], '.4f')} per million tokens "
+                                 f"(${usd_per_gpu_hour:g} per GPU-hour × {p['tp']} GPU(s))"))
     if e["gco2_per_mtok"] is not None:
         rows.append(("carbon", f"{num(e['gco2_per_mtok'], '.1f')} gCO2e per million tokens (PUE {pue:g})"))
     width = max(len(k) for k, _ in rows)
@@ -258,6 +267,30 @@ def predict(llm: str | None, gpu: str | None, as_json: bool, usd_per_kwh: float 
             click.echo(f"{w} (throughput held at capacity)")
         else:
             click.echo(f"warning: {w}")
+
+
+def dur(seconds: float) -> str:
+    """A duration as ``12.3 ms`` below 10 s, else ``12.35 s``."""
+    return f"{seconds * 1e3:.1f} ms" if seconds < 10 else f"{num(seconds, '.2f')} s"
+
+
+def ttft_text(p: dict[str, Any]) -> str:
+    """The TTFT line of ``predict``: the total and its parts."""
+    if p["ttft_s"] is None:
+        return "unbounded: the queue grows without limit (overloaded)"
+    b = p["ttft_breakdown"]
+    parts = f"prefill {dur(b['prefill_s'])} in {b['prefill_steps']} step(s) of ≤ {b['prefill_budget_tokens']} tokens"
+    if b["prefill_queue_s"] >= 5e-5:
+        parts += f", behind other prompts {dur(b['prefill_queue_s'])}"
+    if b["slot_wait_s"] and b["slot_wait_s"] >= 5e-5:
+        parts += f", waiting for a batch slot {dur(b['slot_wait_s'])}"
+    return f"{dur(p['ttft_s'])} ({parts}; compute roofline {dur(p['baselines']['prefill_roofline_s'])})"
+
+
+def bound_text(b: dict[str, Any]) -> str:
+    """``memory-bound (memory 73 %, compute 27 %, interconnect 0 %)``."""
+    return (f"{b['kind']}-bound (memory {b['memory_share']:.0%}, compute {b['compute_share']:.0%}, "
+            f"interconnect {b['interconnect_share']:.0%} of the roofline parts)")
 
 
 def explain_power_method(method: str) -> str:

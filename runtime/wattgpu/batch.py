@@ -23,6 +23,7 @@ from typing import IO, Any, Callable, Iterator, Sequence
 from .errors import (ArtifactError, ConfigFileError, ModelFitError, SpecValidationError, UnknownEntityError,
                      UnsupportedModelError, WattGPUError)
 from .safeio import check_path_type, open_regular, wide_encoding, write_problem
+from .energy import Prices
 from .workload import WORKLOAD_CHOICES, WORKLOAD_NUMBERS, Workload
 
 CHUNK_ROWS = 4096
@@ -290,7 +291,7 @@ def _short_value(value: Any) -> str:
     return _short(value)
 
 
-def _out_fields(p: Any, prices: tuple[float | None, float | None, float]) -> dict[str, Any]:
+def _out_fields(p: Any, prices: Prices) -> dict[str, Any]:
     e = p.energy(*prices)
     iv_p = {round(i.level * 100): i for i in p.power_intervals}
     iv_i = {round(i.level * 100): i for i in p.itl_intervals}
@@ -378,7 +379,7 @@ def _check_output(out_path: Any) -> str:
 
 
 def predict_csv(in_path: str, out_path: str, on_error: str = "skip", defaults: Workload | None = None,
-                prices: tuple[float | None, float | None, float] = (None, None, 1.0), predictor: Any = None,
+                prices: Prices = (None, None, 1.0, None), predictor: Any = None,
                 report: Callable[[str], None] = lambda msg: None, chunk: int = CHUNK_ROWS) -> BatchSummary:
     """Predict every row of ``in_path`` into ``out_path``, streaming; returns a :class:`BatchSummary`
     (which also unpacks as ``(rows predicted, rows skipped)``).
@@ -395,6 +396,7 @@ def predict_csv(in_path: str, out_path: str, on_error: str = "skip", defaults: W
     if not isinstance(prices, (tuple, list)) or len(prices) not in (3, 4):
         raise WattGPUError(f"prices: expected (usd_per_kwh, gco2_per_kwh, pue[, usd_per_gpu_hour]), "
                            f"got {_short_value(prices)}")
+    prices = tuple(prices) + (None,) * (4 - len(prices))  # type: ignore[assignment]  # usd_per_gpu_hour: optional
     check_prices(*prices)
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
         raise WattGPUError(f"chunk = {chunk!r} is invalid; expected a positive integer")
@@ -430,7 +432,7 @@ def predict_csv(in_path: str, out_path: str, on_error: str = "skip", defaults: W
 
 
 def _write_rows(fo: IO[str], fields: list[str], results: Iterator[tuple[int, dict[str, str], Any]],
-                on_error: str, prices: tuple[float | None, float | None, float], report: Callable[[str], None],
+                on_error: str, prices: Prices, report: Callable[[str], None],
                 summary: BatchSummary) -> None:
     w = csv.DictWriter(fo, fieldnames=fields, extrasaction="ignore")
     w.writeheader()

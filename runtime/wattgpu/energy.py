@@ -18,6 +18,8 @@ from .errors import WattGPUError
 
 J_PER_KWH = 3.6e6
 J_PER_WH = 3600.0
+# (usd_per_kwh, gco2_per_kwh, pue, usd_per_gpu_hour): what cost and carbon are priced with
+Prices = tuple[float | None, float | None, float, float | None]
 MAX_USD_PER_GPU_HOUR = 1000.0  # a rented GPU-hour above this is a typo (list prices are $0.2–$15)
 
 

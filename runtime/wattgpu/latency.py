@@ -10,9 +10,10 @@ TTFT = slot wait + prefill queue + own prefill, each from the numbers the capaci
   batch, monotone in the batch whatever the trees learned). Never below the compute roofline
   (:func:`capacity.prefill_s`), since the efficiency is ≤ 1.
 - **prefill queue** (interference from other requests' prefills): prompts are prefilled first come first
-  served through that token budget, a single server of time ``stage_s`` per prompt (budget-bound or
-  compute-bound, the slower) fed at the served request rate; M/D/1 (equal prompts): wait = ρ / (2(1 − ρ)) ×
-  ``stage_s``, ρ = rate × ``stage_s`` (at most ``MAX_PREFILL_RHO``).
+  served through that token budget, a single server of time ``stage_s`` per prompt (budget-bound, or the
+  compute roofline the capacity model charges a request, the slower) fed at the served request rate;
+  M/D/1 (equal prompts): wait = ρ / (2(1 − ρ)) × ``stage_s``, ρ = rate × ``stage_s`` (at most
+  ``MAX_PREFILL_RHO``).
 - **slot wait**: a Poisson server queues for one of the engine's batch slots: M/M/c (Erlang C) with ``c`` =
   the slots of the capacity's operating point and service time ``c / max_qps`` (= ``W`` there), so
   wait = C(c, a) / (max_qps − qps), a = c × qps / max_qps; undefined (``None``) at or beyond capacity.
@@ -78,7 +79,9 @@ def ttft(cols: Any, budget: Any, batch: Any, step_s: Any, req_rate: Any, slot_wa
     free = ops.maximum(budget - ops.maximum(batch - 1.0, 0.0), 1.0)
     steps = -ops.floor(-(inp / free))  # ceil: whole engine steps
     own = ops.maximum(steps * step_s, compute)
-    stage = ops.maximum(inp * step_s / free, compute)  # time the budget spends on one prompt
+    # time the engine spends on one prompt as the capacity model charges it (compute roofline, or the budget's
+    # steps): the queue's load is then below 1 wherever the capacity says the rate is sustainable
+    stage = ops.maximum(inp * step_s / free, roofline)
     rho = ops.minimum(req_rate * stage, MAX_PREFILL_RHO)
     queue = rho / (2.0 * (1.0 - rho)) * stage
     return {"ttft_s": slot_wait_s + queue + own, "prefill_s": own, "prefill_queue_s": queue,

@@ -455,7 +455,8 @@ def _print_rank(res: Any) -> None:
         top = res.candidates[0]
         if top.launch_args is not None:
             click.echo(f"launch the top candidate ({top.gpu}{f' ×{top.tp}' if top.tp > 1 else ''}"
-                       f"{f', {top.replicas} replicas' if fleet else ''}): {shlex.join(top.launch_args)}")
+                       f"{f', {top.replicas} replica' + ('s' if top.replicas != 1 else '') if fleet else ''}): "
+                       f"{shlex.join(top.launch_args)}")
     if rented:
         click.echo(f"$GPUh/Mtok = GPU rent at ${res.usd_per_gpu_hour:g} per GPU-hour × GPUs per million tokens")
     if priced or carbon:

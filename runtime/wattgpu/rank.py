@@ -212,6 +212,12 @@ def misses(p: Prediction, strict: bool, max_itl_ms: float | None, max_ttft_ms: f
     return None
 
 
+# Batch caps whose J/token is within this share of the lowest count as equally good; the largest of them is
+# kept (most headroom and queue slots): at low load a Poisson server's energy barely depends on the cap,
+# and a cap of 1 would buy 0.1 % energy with a queue in front of every request.
+ENERGY_TIE = 0.01
+
+
 def batch_caps(limit: float) -> list[int]:
     """The engine batch caps the SLA search tries: 1, 2, 4, … up to ``limit`` (batch cap and memory), and
     ``limit`` itself."""
@@ -227,7 +233,8 @@ def batch_caps(limit: float) -> list[int]:
 def search_caps(pred: Any, rows: Sequence[tuple[Any, Any, Workload]], first: Sequence[Any], strict: bool,
                 max_itl_ms: float | None, max_ttft_ms: float | None
                 ) -> list[tuple[Any, tuple[Any, Any, Workload], str | None, str | None]]:
-    """Per row: the batch cap meeting the ITL and TTFT SLAs at the lowest energy per token.
+    """Per row: the batch cap meeting the ITL and TTFT SLAs at the lowest energy per token (the largest cap
+    within ``ENERGY_TIE`` of it).
 
     Returns (prediction or error, the row at the chosen cap, exclusion kind or None, reason or None). A row
     is excluded for the SLA only when no cap meets it: "misses SLA even at batch 1: …" when batch 1
@@ -235,14 +242,18 @@ def search_caps(pred: Any, rows: Sequence[tuple[Any, Any, Workload]], first: Seq
     ok = [i for i, r in enumerate(first) if not isinstance(r, WattGPUError)]
     fit: Any = F.columns([rows[i] for i in ok])["fit_batch"] if ok else []
     variants: list[tuple[int, tuple[Any, Any, Workload]]] = []
+    by_row: dict[int, list[tuple[Any, tuple[Any, Any, Workload]]]] = {}
     for i, f in zip(ok, fit):
         g, m, w = rows[i]
+        by_row[i] = [(first[i], rows[i])]  # the cap asked for is always a choice (its memory limit may be lower)
         for b in batch_caps(min(float(w.max_batch), max(float(f), 1.0))):
-            variants.append((i, (g, m, w if w.max_batch == b else replace(w, max_batch=b))))
+            if b != w.max_batch:
+                variants.append((i, (g, m, replace(w, max_batch=b))))
     preds = pred.predict_specs_safe([v for _, v in variants])
-    by_row: dict[int, list[tuple[Any, tuple[Any, Any, Workload]]]] = {}
     for (i, v), p in zip(variants, preds):
-        by_row.setdefault(i, []).append((p, v))
+        by_row[i].append((p, v))
+    for options in by_row.values():
+        options.sort(key=lambda t: t[1][2].max_batch)
     out: list[tuple[Any, tuple[Any, Any, Workload], str | None, str | None]] = [
         (r, rows[i], None, None) for i, r in enumerate(first)]
     for i, options in by_row.items():
@@ -252,7 +263,8 @@ def search_caps(pred: Any, rows: Sequence[tuple[Any, Any, Workload]], first: Seq
             continue
         feasible = [(p, v) for p, v in good if not p.overloaded and misses(p, strict, max_itl_ms, max_ttft_ms) is None]
         if feasible:
-            p, v = min(feasible, key=lambda t: (t[0].energy_per_token_j, -t[1][2].max_batch))
+            low = min(p.energy_per_token_j for p, _ in feasible) * (1.0 + ENERGY_TIE)
+            p, v = max(((p, v) for p, v in feasible if p.energy_per_token_j <= low), key=lambda t: t[1][2].max_batch)
             out[i] = (p, v, None, None)
             continue
         p1, v1 = good[0]  # batch cap 1

@@ -167,3 +167,15 @@ def test_predict_sla_search_and_gpu_hour_cost() -> None:
         assert r.exit_code == 2 and "usd_per_gpu_hour" in r.output, (bad, r.output)
     r = _cli("predict", "--llm", LLM, "--gpu", "L4")
     assert r.exit_code == 0 and "TTFT" in r.output and "end-to-end latency" in r.output and "-bound" in r.output
+
+
+def test_docs_json_md_names_every_key(pred: Predictor) -> None:
+    """docs/json.md documents every key predict and rank print (the new ones of issue 24 included)."""
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "json.md").read_text()
+    p = pred.predict("NVIDIA L4", LLM).to_dict()
+    r = rank(LLM, Workload(), gpus=["NVIDIA L4"], predictor=pred).to_dict()
+    keys = (set(p) | set(p["energy"]) | set(p["ttft_breakdown"]) | set(p["bound"]) | set(p["baselines"])
+            | set(r) | set(r["candidates"][0]))
+    assert not sorted(k for k in keys if f"`{k}`" not in doc)

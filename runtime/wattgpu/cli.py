@@ -241,7 +241,8 @@ def predict(llm: str | None, gpu: str | None, as_json: bool, usd_per_kwh: float 
     else:
         pred = predictor.predict(gpu, spec, workload)
     p = pred.to_dict()
-    p["sla"] = sla
+    if sla is not None:
+        p["sla"] = sla  # only with an SLA: otherwise the CLI JSON equals Prediction.to_dict()
     p["energy"] = pred.energy(usd_per_kwh, gco2_per_kwh, pue, usd_per_gpu_hour)
     if as_json:
         click.echo(json.dumps(p, indent=2, sort_keys=True))

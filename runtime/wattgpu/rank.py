@@ -16,7 +16,9 @@ hold the model or miss the SLA are listed separately with the reason.
   ``idle_power_w``, ``idle_power_source``, ``warnings``, ``max_qps``, ``utilization``,
   ``max_concurrency``, ``replicas``, ``qps_per_replica``, ``fleet_power_w`` (replicas × ``tp`` ×
   ``power_w``), ``tp`` (GPUs in the tensor-parallel group), ``total_power_w`` (the group's; ``power_w``
-  is per GPU);
+  is per GPU), ``ttft_ms``, ``e2e_latency_s``, ``bound``, ``max_batch`` (the batch cap, searched with an SLA),
+  ``launch_args`` (the ``vllm serve`` argument list, or null for other engines);
+- ``max_ttft_ms``, ``usd_per_gpu_hour``, ``max_utilization`` (the fleet's utilization target, null without replicas);
 - ``excluded``: list of ``gpu``, ``tp``, ``reason_kind`` (``does_not_fit`` | ``misses_sla`` | ``overloaded`` |
   ``no_group`` | ``unsupported`` | ``error``), ``reason`` (one line) and ``prediction`` (the entry as above when one
   could be made, else null);

@@ -50,7 +50,7 @@ def test_excluded_have_reasons(example):
             assert e.reason.startswith("does not fit: needs ") and " GB, GPU has " in e.reason
             assert e.entry is None
         elif e.reason_kind == "misses_sla":
-            assert e.reason.startswith("misses SLA: predicted ITL ") and e.reason.endswith("> 50 ms")
+            assert e.reason.startswith("misses SLA even at batch 1: ITL ") and e.reason.endswith("> 50 ms")
             assert e.entry.itl_s * 1e3 > 50
     # 16 GB GPUs cannot hold 16 GB of bf16 weights plus a sequence
     t4 = [e for e in example.excluded if e.gpu == "NVIDIA Tesla T4"]
@@ -60,13 +60,15 @@ def test_excluded_have_reasons(example):
 def test_to_dict_is_json_and_stable(example):
     d = json.loads(json.dumps(example.to_dict()))
     assert set(d) == {"llm", "workload", "tp", "sort", "max_itl_ms", "strict", "sla_basis", "usd_per_kwh", "gco2_per_kwh",
-                      "pue", "best", "candidates", "excluded", "replicas", "fleet_assumption"}
+                      "pue", "best", "candidates", "excluded", "replicas", "fleet_assumption", "max_ttft_ms",
+                      "usd_per_gpu_hour", "max_utilization"}
     c = d["candidates"][0]
     assert c["rank"] == 1 and c["gpu"] == d["best"]
     assert {"power_w", "itl_ms", "itl_sla_ms", "throughput_tok_s", "energy", "power_intervals", "itl_ms_intervals",
-            "baselines", "warnings", "power_method", "idle_power_w", "idle_power_source"} <= set(c)
+            "baselines", "warnings", "power_method", "idle_power_w", "idle_power_source", "ttft_ms", "e2e_latency_s",
+            "max_batch", "launch_args", "bound"} <= set(c)
     assert set(c["energy"]) == {"j_per_token", "j_per_request", "wh_per_request", "kwh_per_mtok", "usd_per_mtok",
-                                "gco2_per_mtok", "pue"}
+                                "gco2_per_mtok", "pue", "usd_per_mtok_gpu_hours"}
     assert set(d["excluded"][0]) == {"gpu", "tp", "reason_kind", "reason", "prediction"}
 
 

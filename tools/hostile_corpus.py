@@ -503,8 +503,11 @@ def build_cases(fx: dict[str, str]) -> list[Case]:
                               expect=(f"column {col!r}", "column 'qps'", "column 'concurrency'", "column 'workload'")))
     # CLI (in-process main), options
     for opt in ("--max-batch", "--qps", "--concurrency", "--input-tokens", "--output-tokens",
-                "--gpu-memory-utilization", "--pue", "--usd-per-kwh", "--gco2-per-kwh"):
+                "--gpu-memory-utilization", "--pue", "--usd-per-kwh", "--gco2-per-kwh", "--usd-per-gpu-hour",
+                "--max-itl-ms", "--max-ttft-ms"):
         for text in ("nan", "inf", "-1", "0", "1e400", "abc"):
+            if opt == "--usd-per-gpu-hour" and text == "0":
+                continue  # a free GPU-hour is valid
             argv = ["predict", "--llm", LLM, "--gpu", "A30", opt, text]
             if opt == "--qps":
                 argv += ["--workload", "server"]
@@ -529,6 +532,13 @@ def build_cases(fx: dict[str, str]) -> list[Case]:
     for gpus in ("", ",", "A30,,", "Nope", "A30," * 50):
         cases.append(Case(f"cli rank --gpus {gpus[:12]!r}", argv=["rank", "--llm", LLM, "--gpus", gpus],
                           expect=("gpus", "GPU")))
+    for args in (["--max-ttft-ms", "nan"], ["--max-ttft-ms", "0"], ["--usd-per-gpu-hour", "-2"],
+                 ["--usd-per-gpu-hour", "1e9"], ["--max-utilization", "0.5"],
+                 ["--qps", "5", "--replicas", "auto", "--max-utilization", "nan"],
+                 ["--qps", "5", "--replicas", "auto", "--max-utilization", "1.5"],
+                 ["--qps", "5", "--replicas", "auto", "--max-utilization", "0"]):
+        cases.append(Case(f"cli rank {' '.join(args)[:40]}", argv=["rank", "--llm", LLM, "--gpus", "A30", *args],
+                          must_fail=True, expect=("max_ttft_ms", "usd_per_gpu_hour", "max_utilization")))
     for args in (["--max-itl-ms", "nan"], ["--max-itl-ms", "-1"], ["--sort", "cost"], ["--plot", fx["dir"]],
                  ["--plot", fx["fifo"]], ["--plot", "/dev/full"], ["--plot", "plot.png"], ["--plot", " "],
                  ["--plot", ""]):

@@ -23,6 +23,7 @@ from typing import IO, Any, Callable, Iterator, Sequence
 from .errors import (ArtifactError, ConfigFileError, ModelFitError, SpecValidationError, UnknownEntityError,
                      UnsupportedModelError, WattGPUError)
 from .safeio import check_path_type, open_regular, wide_encoding, write_problem
+from .energy import Prices
 from .workload import WORKLOAD_CHOICES, WORKLOAD_NUMBERS, Workload
 
 CHUNK_ROWS = 4096
@@ -37,7 +38,8 @@ OUTPUT_COLUMNS = (
     "gpu_resolved", "llm_resolved", "power_w", "itl_s", "throughput_tok_s", "energy_per_token_j", "energy_per_request_j", "wh_per_request",
     "kwh_per_mtok", "usd_per_mtok", "gco2_per_mtok", "effective_batch", "busy_fraction", "power_method",
     "idle_power_w", "power_80_low", "power_80_high", "itl_80_low", "itl_80_high", "max_qps", "utilization",
-    "max_concurrency", "overloaded", "warnings", "tp", "total_power_w", "calibration",
+    "max_concurrency", "overloaded", "warnings", "tp", "total_power_w", "calibration", "ttft_s", "e2e_latency_s",
+    "bound", "usd_per_mtok_gpu_hours",
 )
 # Why a row was skipped, in the order the summary lists them.
 REASONS = ("invalid value", "unknown GPU or LLM", "unreadable spec file", "does not fit in GPU memory",
@@ -301,7 +303,7 @@ def _short_value(value: Any) -> str:
     return _short(value)
 
 
-def _out_fields(p: Any, prices: tuple[float | None, float | None, float]) -> dict[str, Any]:
+def _out_fields(p: Any, prices: Prices) -> dict[str, Any]:
     e = p.energy(*prices)
     iv_p = {round(i.level * 100): i for i in p.power_intervals}
     iv_i = {round(i.level * 100): i for i in p.itl_intervals}
@@ -318,6 +320,9 @@ def _out_fields(p: Any, prices: tuple[float | None, float | None, float]) -> dic
         "max_qps": p.max_qps, "utilization": p.utilization, "max_concurrency": p.max_concurrency,
         "overloaded": "true" if p.overloaded else "false", "warnings": " | ".join(p.warnings), "tp": p.tp, "total_power_w": p.total_power_w,
         "calibration": "" if p.calibration is None else p.calibration["summary"],
+        "ttft_s": "" if p.ttft_s is None else p.ttft_s, "e2e_latency_s": "" if p.e2e_latency_s is None else p.e2e_latency_s,
+        "bound": p.bound.get("kind", ""),
+        "usd_per_mtok_gpu_hours": "" if e["usd_per_mtok_gpu_hours"] is None else e["usd_per_mtok_gpu_hours"],
     }
 
 
@@ -386,7 +391,7 @@ def _check_output(out_path: Any) -> str:
 
 
 def predict_csv(in_path: str, out_path: str, on_error: str = "skip", defaults: Workload | None = None,
-                prices: tuple[float | None, float | None, float] = (None, None, 1.0), predictor: Any = None,
+                prices: Prices = (None, None, 1.0, None), predictor: Any = None,
                 report: Callable[[str], None] = lambda msg: None, chunk: int = CHUNK_ROWS,
                 errors_path: str | None = None, report_limit: int | None = None) -> BatchSummary:
     """Predict every row of ``in_path`` into ``out_path``, streaming; returns a :class:`BatchSummary`
@@ -404,8 +409,10 @@ def predict_csv(in_path: str, out_path: str, on_error: str = "skip", defaults: W
 
     if on_error not in ("skip", "stop"):
         raise WattGPUError(f"on_error = {on_error!r} is invalid; expected skip or stop")
-    if not isinstance(prices, (tuple, list)) or len(prices) != 3:
-        raise WattGPUError(f"prices: expected (usd_per_kwh, gco2_per_kwh, pue), got {_short_value(prices)}")
+    if not isinstance(prices, (tuple, list)) or len(prices) not in (3, 4):
+        raise WattGPUError(f"prices: expected (usd_per_kwh, gco2_per_kwh, pue[, usd_per_gpu_hour]), "
+                           f"got {_short_value(prices)}")
+    prices = tuple(prices) + (None,) * (4 - len(prices))  # type: ignore[assignment]  # usd_per_gpu_hour: optional
     check_prices(*prices)
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
         raise WattGPUError(f"chunk = {chunk!r} is invalid; expected a positive integer")
@@ -483,7 +490,7 @@ class _Reporter:
 
 
 def _write_rows(fo: IO[str], fields: list[str], results: Iterator[tuple[int, dict[str, str], Any]],
-                on_error: str, prices: tuple[float | None, float | None, float],
+                on_error: str, prices: Prices,
                 report: Callable[[WattGPUError], None], summary: BatchSummary) -> None:
     w = csv.DictWriter(fo, fieldnames=fields, extrasaction="ignore")
     w.writeheader()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from typing import Any, Callable
 
@@ -168,6 +169,8 @@ def price_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--usd-per-kwh", type=float, default=None, help="Electricity price; adds $ per million tokens."),
         click.option("--gco2-per-kwh", type=float, default=None, help="Grid carbon intensity; adds gCO2e per million tokens."),
         click.option("--pue", type=float, default=1.0, show_default=True, help="Facility PUE applied to cost and carbon."),
+        click.option("--usd-per-gpu-hour", type=float, default=None,
+                     help="GPU rent ($ per GPU-hour); adds the GPU-hour cost per million tokens."),
     ]
     for o in reversed(opts):
         fn = o(fn)
@@ -188,11 +191,16 @@ def price_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--errors", "errors_csv", default=None, type=click.Path(dir_okay=False),
               help="With --input: write every skipped row (line, column, reason, error) to this CSV; stderr "
                    f"shows the first {SHOWN_ROW_ERRORS} and a summary by reason.")
+@click.option("--max-itl-ms", type=float, default=None,
+              help="ITL SLA (ms): search the batch cap (1, 2, 4, … up to --max-batch and memory) for the one that meets "
+                   "it at the lowest energy per token.")
+@click.option("--max-ttft-ms", type=float, default=None, help="TTFT SLA (ms), searched like --max-itl-ms.")
 @click.option("--json", "as_json", is_flag=True, help="Print stable JSON.")
 @models_option
 @guarded
 def predict(llm: str | None, gpu: str | None, as_json: bool, usd_per_kwh: float | None, gco2_per_kwh: float | None,
-            pue: float, input_csv: str | None, output_csv: str | None, on_error: str, errors_csv: str | None,
+            pue: float, usd_per_gpu_hour: float | None, max_itl_ms: float | None, max_ttft_ms: float | None,
+            input_csv: str | None, output_csv: str | None, on_error: str, errors_csv: str | None,
             dtype: str, models: str | None, **wl: Any) -> None:
     """Predict power, ITL, throughput and energy for one LLM on one GPU (or many rows with --input)."""
     from .errors import WattGPUError
@@ -206,10 +214,12 @@ def predict(llm: str | None, gpu: str | None, as_json: bool, usd_per_kwh: float 
             raise WattGPUError("--input takes llm and gpu from the CSV; drop --llm/--gpu")
         if dtype.strip().lower() != "auto":
             raise WattGPUError("--dtype applies to --llm; with --input give each row's checkpoint instead")
+        if max_itl_ms is not None or max_ttft_ms is not None:
+            raise WattGPUError("--max-itl-ms/--max-ttft-ms apply to one --llm/--gpu; use `wattgpu rank` for many GPUs")
         from .batch import predict_csv
 
         summary = predict_csv(input_csv, output_csv, on_error=on_error, defaults=make_workload(**wl),
-                              prices=(usd_per_kwh, gco2_per_kwh, pue), predictor=_predictor(models),
+                              prices=(usd_per_kwh, gco2_per_kwh, pue, usd_per_gpu_hour), predictor=_predictor(models),
                               report=lambda msg: click.echo(msg, err=True), errors_path=errors_csv,
                               report_limit=SHOWN_ROW_ERRORS)
         if summary.skipped > SHOWN_ROW_ERRORS:
@@ -227,9 +237,26 @@ def predict(llm: str | None, gpu: str | None, as_json: bool, usd_per_kwh: float 
 
     predictor = _predictor(models)
     workload = make_workload(**wl)
-    pred = predictor.predict(gpu, with_dtype(predictor.resolve_llm(llm), dtype), workload)
+    spec = with_dtype(predictor.resolve_llm(llm), dtype)
+    sla: dict[str, Any] | None = None
+    if max_itl_ms is not None or max_ttft_ms is not None:
+        from .rank import check_sla_ms, search_caps
+
+        check_sla_ms(max_itl_ms, max_ttft_ms)
+        row = (predictor.resolve_gpu(gpu), spec, workload)
+        found, chosen, _, why = search_caps(predictor, [row], predictor.predict_specs_safe([row]), False,
+                                            max_itl_ms, max_ttft_ms)[0]
+        if isinstance(found, WattGPUError):
+            raise found
+        pred = found
+        sla = {"max_itl_ms": max_itl_ms, "max_ttft_ms": max_ttft_ms, "met": why is None,
+               "max_batch": chosen[2].max_batch, "reason": why}
+    else:
+        pred = predictor.predict(gpu, spec, workload)
     p = pred.to_dict()
-    p["energy"] = pred.energy(usd_per_kwh, gco2_per_kwh, pue)
+    if sla is not None:
+        p["sla"] = sla  # only with an SLA: otherwise the CLI JSON equals Prediction.to_dict()
+    p["energy"] = pred.energy(usd_per_kwh, gco2_per_kwh, pue, usd_per_gpu_hour)
     if as_json:
         click.echo(json.dumps(p, indent=2, sort_keys=True))
         return
@@ -240,6 +267,10 @@ def predict(llm: str | None, gpu: str | None, as_json: bool, usd_per_kwh: float 
         ("mean power", f"{p['power_w']:.0f} W{_fmt_interval(p['power_intervals'], 1, '.0f')}"
                        + ("" if p["tp"] == 1 else f" per GPU; {p['total_power_w']:.0f} W for {p['tp']} GPUs")),
         ("ITL (per sequence)", f"{p['itl_s'] * 1e3:.1f} ms/token{_fmt_interval(p['itl_intervals'], 1e3, '.1f')}"),
+        ("TTFT", ttft_text(p)),
+        ("end-to-end latency", "unbounded (overloaded)" if p["e2e_latency_s"] is None
+         else f"{p['e2e_latency_s']:.2f} s per request (TTFT + {p['workload']['output_tokens'] - 1} × ITL)"),
+        ("decode step bound", bound_text(p["bound"])),
         ("throughput", f"{num(p['throughput_tok_s'], '.1f')} tokens/s"),
         ("capacity", f"at most {p['max_qps']:.3g} req/s ({p['max_qps'] * p['workload']['output_tokens']:.0f} tokens/s), "
                      f"utilization {p['utilization']:.0%}, KV cache fits {p['max_concurrency']} sequences"),
@@ -254,8 +285,14 @@ def predict(llm: str | None, gpu: str | None, as_json: bool, usd_per_kwh: float 
         rows.append(("idle power", f"{p['idle_power_w']:.1f} W ({p['idle_power_source']})"))
     if e["usd_per_mtok"] is not None:
         rows.append(("cost", f"${num(e['usd_per_mtok'], '.4f')} per million tokens (PUE {pue:g})"))
+    if e["usd_per_mtok_gpu_hours"] is not None:
+        rows.append(("GPU rent", f"${num(e['usd_per_mtok_gpu_hours'], '.4f')} per million tokens "
+                                 f"(${usd_per_gpu_hour:g} per GPU-hour × {p['tp']} GPU(s))"))
     if e["gco2_per_mtok"] is not None:
         rows.append(("carbon", f"{num(e['gco2_per_mtok'], '.1f')} gCO2e per million tokens (PUE {pue:g})"))
+    if sla is not None:
+        rows.insert(3, ("SLA", f"batch cap {sla['max_batch']} meets it at the lowest energy per token" if sla["met"]
+                        else f"not met: {sla['reason']} (shown at batch cap {sla['max_batch']})"))
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         click.echo(f"{k:<{width}}  {v}")
@@ -272,6 +309,30 @@ def predict(llm: str | None, gpu: str | None, as_json: bool, usd_per_kwh: float 
             click.echo(f"warning: {w}")
 
 
+def dur(seconds: float) -> str:
+    """A duration as ``12.3 ms`` below 10 s, else ``12.35 s``."""
+    return f"{seconds * 1e3:.1f} ms" if seconds < 10 else f"{num(seconds, '.2f')} s"
+
+
+def ttft_text(p: dict[str, Any]) -> str:
+    """The TTFT line of ``predict``: the total and its parts."""
+    if p["ttft_s"] is None:
+        return "unbounded: the queue grows without limit (overloaded)"
+    b = p["ttft_breakdown"]
+    parts = f"prefill {dur(b['prefill_s'])} in {b['prefill_steps']} step(s) of ≤ {b['prefill_budget_tokens']} tokens"
+    if b["prefill_queue_s"] >= 5e-5:
+        parts += f", behind other prompts {dur(b['prefill_queue_s'])}"
+    if b["slot_wait_s"] and b["slot_wait_s"] >= 5e-5:
+        parts += f", waiting for a batch slot {dur(b['slot_wait_s'])}"
+    return f"{dur(p['ttft_s'])} ({parts}; compute roofline {dur(p['baselines']['prefill_roofline_s'])})"
+
+
+def bound_text(b: dict[str, Any]) -> str:
+    """``memory-bound (memory 73 %, compute 27 %, interconnect 0 %)``."""
+    return (f"{b['kind']}-bound (memory {b['memory_share']:.0%}, compute {b['compute_share']:.0%}, "
+            f"interconnect {b['interconnect_share']:.0%} of the roofline parts)")
+
+
 def explain_power_method(method: str) -> str:
     """The power method of a prediction in plain words (for the notes under a table)."""
     if method.startswith("server mix"):
@@ -285,12 +346,19 @@ def explain_power_method(method: str) -> str:
 @main.command("rank")
 @click.option("--llm", required=True, help="Catalog id (see `wattgpu llms`), a config.json, or a model directory.")
 @workload_options
-@click.option("--max-itl-ms", type=float, default=None, help="Latency SLA: largest acceptable ITL per sequence (ms).")
+@click.option("--max-itl-ms", type=float, default=None,
+              help="Latency SLA: largest acceptable ITL per sequence (ms); the batch cap is searched to meet it.")
+@click.option("--max-ttft-ms", type=float, default=None,
+              help="Latency SLA: largest acceptable mean time to first token (ms); the batch cap is searched to meet it.")
 @click.option("--strict", is_flag=True, help="Judge the SLA by the ITL interval's upper bound (95%, else 80%).")
 @click.option("--gpus", default=None, help="Comma-separated GPU names/aliases (default: the whole catalog).")
 @click.option("--sort", type=click.Choice(["energy", "power", "itl"]), default="energy", show_default=True)
 @click.option("--replicas", default=None,
-              help="auto: per GPU type the fewest replicas that carry --qps (total) within the SLA; or a fixed count.")
+              help="auto: per GPU type the fewest replicas that carry --qps (total) within the SLA and "
+                   "--max-utilization; or a fixed count.")
+@click.option("--max-utilization", type=float, default=None,
+              help="With --replicas auto: highest utilization (qps per replica ÷ its capacity) a replica may run at. "
+                   "[default: 0.8]")
 @dtype_option
 @price_options
 @click.option("--json", "as_json", is_flag=True, help="Print stable JSON (keys documented in wattgpu.rank).")
@@ -298,8 +366,9 @@ def explain_power_method(method: str) -> str:
               help="Write an SVG of energy per token vs ITL with the SLA line.")
 @models_option
 @guarded
-def rank_cmd(llm: str, max_itl_ms: float | None, strict: bool, gpus: str | None, sort: str, usd_per_kwh: float | None,
-             gco2_per_kwh: float | None, pue: float, as_json: bool, plot_path: str | None, replicas: str | None,
+def rank_cmd(llm: str, max_itl_ms: float | None, max_ttft_ms: float | None, strict: bool, gpus: str | None, sort: str,
+             usd_per_kwh: float | None, gco2_per_kwh: float | None, pue: float, usd_per_gpu_hour: float | None,
+             as_json: bool, plot_path: str | None, replicas: str | None, max_utilization: float | None,
              dtype: str, models: str | None, **wl: Any) -> None:
     """Rank GPUs for serving one LLM: candidates by energy per token, excluded GPUs with the reason."""
     from .rank import rank
@@ -317,7 +386,8 @@ def rank_cmd(llm: str, max_itl_ms: float | None, strict: bool, gpus: str | None,
     def ranked(tp: str | None) -> Any:
         return rank(llm, workload, gpus=names, max_itl_ms=max_itl_ms, strict=strict, sort=sort,
                     usd_per_kwh=usd_per_kwh, gco2_per_kwh=gco2_per_kwh, pue=pue, replicas=replicas, dtype=dtype,
-                    predictor=predictor, tp=tp)
+                    predictor=predictor, tp=tp, max_ttft_ms=max_ttft_ms, usd_per_gpu_hour=usd_per_gpu_hour,
+                    max_utilization=max_utilization)
 
     res = ranked("auto" if auto else None)
     tp_given = click.get_current_context().get_parameter_source("tp") != click.core.ParameterSource.DEFAULT
@@ -352,7 +422,11 @@ def _print_rank(res: Any) -> None:
     fleet = res.replicas is not None
     if fleet:
         load += f" in total, replicas {res.replicas}"
-    sla = "no SLA" if res.max_itl_ms is None else f"SLA ITL ≤ {res.max_itl_ms:g} ms ({res.sla_basis})"
+    limits = ([f"ITL ≤ {res.max_itl_ms:g} ms ({res.sla_basis})"] if res.max_itl_ms is not None else []) + (
+        [f"TTFT ≤ {res.max_ttft_ms:g} ms"] if res.max_ttft_ms is not None else [])
+    sla = "no SLA" if not limits else "SLA " + ", ".join(limits) + "; batch cap searched per GPU"
+    if fleet and res.max_utilization is not None:
+        sla += f"; replica utilization ≤ {res.max_utilization:.0%}"
     order = "fleet energy" if fleet and res.sort == "energy" else res.sort
     group = " tensor-parallel groups of 1/2/4/8 GPUs;" if res.tp == "auto" else (
         f" {res.tp} GPUs per group;" if res.tp != 1 else "")
@@ -368,8 +442,10 @@ def _print_rank(res: Any) -> None:
     head = f"{'#':>3} {'GPU':<{gw}}"
     head += f" {'repl':>6} {'fleet W':>9}" if fleet else ""
     head += f" {'N':>2} {'total W':>8} {'W/GPU':>7}" if multi else f" {'power W':>8}"
-    head += f" {'ITL ms':>7} {'tok/s':>8} {'max q/s':>8} {'J/tok':>8} {'Wh/req':>7} {'kWh/Mtok':>9}"
+    head += f" {'cap':>5} {'ITL ms':>7} {'TTFT ms':>8} {'tok/s':>8} {'max q/s':>8} {'util':>5} {'J/tok':>8} {'Wh/req':>7} {'kWh/Mtok':>9}"
+    rented = res.usd_per_gpu_hour is not None
     head += f" {'$/Mtok*':>8}" if priced else ""
+    head += f" {'$GPUh/Mtok':>10}" if rented else ""
     head += f" {'gCO2/Mtok*':>10}" if carbon else ""
     click.echo(head)
     for i, c in enumerate(res.candidates, 1):
@@ -377,13 +453,26 @@ def _print_rank(res: Any) -> None:
         line = f"{i:>3} {c.gpu:<{gw}}"
         line += f" {c.replicas:>6} {c.fleet_power_w:>9.0f}" if fleet else ""
         line += f" {c.tp:>2} {c.total_power_w:>8.1f} {c.power_w:>7.1f}" if multi else f" {c.power_w:>8.1f}"
-        line += (f" {c.itl_s * 1e3:>7.1f} {num(c.throughput_tok_s, '>8.1f')} {c.max_qps or 0.0:>8.3g}"
-                 f" {num(e['j_per_token'], '>8.3f')} {num(e['wh_per_request'], '>7.3f')} {num(e['kwh_per_mtok'], '>9.3f')}")
+        ttft = "inf" if c.ttft_s is None else num(c.ttft_s * 1e3, ">8.1f")
+        line += (f" {c.max_batch:>5} {c.itl_s * 1e3:>7.1f} {ttft:>8} {num(c.throughput_tok_s, '>8.1f')} {c.max_qps or 0.0:>8.3g}"
+                 f" {c.utilization or 0.0:>5.0%} {num(e['j_per_token'], '>8.3f')} {num(e['wh_per_request'], '>7.3f')}"
+                 f" {num(e['kwh_per_mtok'], '>9.3f')}")
         line += f" {num(e['usd_per_mtok'], '>8.4f')}" if priced else ""
+        line += f" {num(e['usd_per_mtok_gpu_hours'], '>10.4f')}" if rented else ""
         line += f" {num(e['gco2_per_mtok'], '>10.1f')}" if carbon else ""
         click.echo(line)
     if fleet and res.candidates:
-        click.echo("(power W, ITL ms, tok/s and max q/s are per replica)")
+        click.echo("(power W, ITL ms, TTFT ms, tok/s, max q/s and util are per replica)")
+    if res.candidates:
+        click.echo("cap = engine batch cap (vLLM --max-num-seqs); TTFT = mean time to first token; "
+                   "util = offered load ÷ capacity")
+        top = res.candidates[0]
+        if top.launch_args is not None:
+            click.echo(f"launch the top candidate ({top.gpu}{f' ×{top.tp}' if top.tp > 1 else ''}"
+                       f"{f', {top.replicas} replica' + ('s' if top.replicas != 1 else '') if fleet else ''}): "
+                       f"{shlex.join(top.launch_args)}")
+    if rented:
+        click.echo(f"$GPUh/Mtok = GPU rent at ${res.usd_per_gpu_hour:g} per GPU-hour × GPUs per million tokens")
     if priced or carbon:
         click.echo(f"* includes the facility overhead (PUE {res.pue:g}); J/tok, Wh/req and kWh/Mtok are the GPU's own energy")
     methods = sorted({c.power_method for c in res.candidates})

@@ -5,6 +5,7 @@
     kWh/Mtok       = J/token × 1e6 / 3.6e6 = J/token / 3.6            (GPU energy only)
     $/Mtok         = kWh/Mtok × PUE × price ($/kWh)
     gCO2e/Mtok     = kWh/Mtok × PUE × grid intensity (gCO2e/kWh)
+    $/Mtok (GPU-h) = GPU price ($/GPU-hour) × GPUs × wall hours per million tokens   (renting the GPUs)
 
 PUE (power usage effectiveness, ≥ 1) scales GPU energy to facility energy for cost and carbon only.
 """
@@ -17,6 +18,9 @@ from .errors import WattGPUError
 
 J_PER_KWH = 3.6e6
 J_PER_WH = 3600.0
+# (usd_per_kwh, gco2_per_kwh, pue, usd_per_gpu_hour): what cost and carbon are priced with
+Prices = tuple[float | None, float | None, float, float | None]
+MAX_USD_PER_GPU_HOUR = 1000.0  # a rented GPU-hour above this is a typo (list prices are $0.2–$15)
 
 
 def _check(name: str, value: float | None, lo: float, hi: float) -> None:
@@ -27,23 +31,28 @@ def _check(name: str, value: float | None, lo: float, hi: float) -> None:
         raise WattGPUError(f"{name} = {value!r} is invalid; expected a finite number in [{lo:g}, {hi:g}]")
 
 
-def check_prices(usd_per_kwh: float | None, gco2_per_kwh: float | None, pue: float) -> None:
+def check_prices(usd_per_kwh: float | None, gco2_per_kwh: float | None, pue: float,
+                 usd_per_gpu_hour: float | None = None) -> None:
     """Validate the cost/carbon inputs (one-line WattGPUError naming the bad one)."""
     _check("usd_per_kwh", usd_per_kwh, 0.0, 100.0)
     _check("gco2_per_kwh", gco2_per_kwh, 0.0, 5000.0)
     _check("pue", pue, 1.0, 5.0)
+    _check("usd_per_gpu_hour", usd_per_gpu_hour, 0.0, MAX_USD_PER_GPU_HOUR)
 
 
 def energy_figures(power_w: Any, s_per_token: Any, output_tokens: Any, usd_per_kwh: float | None = None,
-                   gco2_per_kwh: float | None = None, pue: float = 1.0) -> dict[str, Any]:
+                   gco2_per_kwh: float | None = None, pue: float = 1.0, usd_per_gpu_hour: float | None = None,
+                   gpus: Any = 1) -> dict[str, Any]:
     """Energy per token/request, kWh per million tokens and (when priced) $ and gCO2e per million tokens.
 
     Works elementwise on floats or numpy arrays (the predictor's vectorised core uses it too).
 
     Keys: ``j_per_token``, ``j_per_request``, ``wh_per_request``, ``kwh_per_mtok``, ``usd_per_mtok``,
-    ``gco2_per_mtok`` (the last two None unless a price/intensity is given), ``pue``.
+    ``gco2_per_mtok`` (the last two None unless a price/intensity is given), ``pue``, and
+    ``usd_per_mtok_gpu_hours`` (with ``usd_per_gpu_hour``: the rent of ``gpus`` GPUs for the wall time of a
+    million tokens; None otherwise).
     """
-    check_prices(usd_per_kwh, gco2_per_kwh, pue)
+    check_prices(usd_per_kwh, gco2_per_kwh, pue, usd_per_gpu_hour)
     j_tok = power_w * s_per_token
     kwh_mtok = j_tok * 1e6 / J_PER_KWH
     return {
@@ -54,4 +63,5 @@ def energy_figures(power_w: Any, s_per_token: Any, output_tokens: Any, usd_per_k
         "usd_per_mtok": None if usd_per_kwh is None else kwh_mtok * pue * usd_per_kwh,
         "gco2_per_mtok": None if gco2_per_kwh is None else kwh_mtok * pue * gco2_per_kwh,
         "pue": pue,
+        "usd_per_mtok_gpu_hours": None if usd_per_gpu_hour is None else usd_per_gpu_hour * gpus * s_per_token * 1e6 / 3600.0,
     }

@@ -6,14 +6,16 @@ Poisson stream of ``qps / n`` requests/s (a round-robin or least-loaded balancer
 replicas), replicas share nothing, and fleet power is ``n`` × one replica's mean power. Energy per
 token and per request of the fleet therefore equal one replica's.
 
-``auto`` picks the smallest ``n`` whose replicas are within capacity and, with an SLA, whose predicted
-ITL meets it: start from ``ceil(qps / capacity within the SLA)`` (see :mod:`wattgpu.capacity`), step
-down while ``n - 1`` replicas still meet it and up while ``n`` misses (the capacity grid is coarse).
+``auto`` picks the smallest ``n`` whose replicas keep headroom — utilization (qps / n ÷ capacity) at most
+``max_utilization`` (default ``MAX_UTILIZATION`` = 0.8: a Poisson server's queue, and so its TTFT, grows as
+1 / (1 − utilization), so nobody runs one at 98 %) — and, with an SLA, whose predicted ITL and TTFT meet it:
+start from ``ceil(qps / (capacity within the ITL SLA × max_utilization))`` (see :mod:`wattgpu.capacity`),
+step down while ``n - 1`` replicas still meet it and up while ``n`` misses (the capacity grid is coarse).
 """
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -29,6 +31,28 @@ EVEN_SPLIT = ("load split evenly: each of n independent replicas (one GPU or one
               "qps / n Poisson requests/s; fleet power = n × replica power")
 MAX_REPLICAS = 1_000_000
 REFINE_STEPS = 6
+MAX_UTILIZATION = 0.8  # default utilization target of each replica (--max-utilization)
+
+
+@dataclass(frozen=True)
+class Sla:
+    """What each replica must meet: ITL and TTFT bounds (s; None = none), the utilization target, and the
+    factor the ITL check applies (an interval's upper factor with ``strict``)."""
+
+    max_itl_s: float | None = None
+    max_ttft_s: float | None = None
+    max_utilization: float = MAX_UTILIZATION
+    itl_scale: float = 1.0
+
+
+def check_max_utilization(value: Any) -> float:
+    """``None`` (the default target) or a number in (0, 1]; anything else raises naming ``max_utilization``."""
+    if value is None:
+        return MAX_UTILIZATION
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not 0.0 < value <= 1.0:
+        raise WattGPUError(f"max_utilization = {value!r} is invalid; expected a fraction in (0, 1], e.g. 0.8")
+    return float(value)
 
 
 def check_replicas(replicas: Any) -> int | str | None:
@@ -50,12 +74,15 @@ def check_replicas(replicas: Any) -> int | str | None:
 
 
 def plan(predictor: Any, llm: LlmSpec, gpus: Sequence[GpuSpec], wl: Workload, replicas: int | str,
-         max_itl_s: float | None, itl_scale: float = 1.0) -> list[tuple[int, Prediction | WattGPUError, str | None]]:
+         sla: Sla) -> list[tuple[int, Prediction | WattGPUError, str | None]]:
     """Per GPU: (replicas, the prediction of one replica at qps / n or the row's error, why it fails or None).
 
-    ``wl`` must be a server workload (its ``qps`` is the fleet's total rate)."""
+    ``wl`` must be a server workload (its ``qps`` is the fleet's total rate). With ``"auto"`` the count keeps
+    every replica at or below ``sla.max_utilization`` and within the ITL/TTFT SLA; a fixed count is judged
+    on capacity and the SLA only (its utilization is reported, not enforced)."""
     total = float(wl.qps)  # type: ignore[arg-type]
-    if replicas != "auto" and total / int(replicas) < MIN_QPS:
+    auto = replicas == "auto"
+    if not auto and total / int(replicas) < MIN_QPS:
         raise WattGPUError(f"replicas = {replicas} splits qps {total:g} into {total / int(replicas):.3g} requests/s per "
                            f"replica, below the smallest rate accepted ({MIN_QPS:g} requests/s); use fewer replicas")
     triples = [(g, llm, wl) for g in gpus]
@@ -63,35 +90,36 @@ def plan(predictor: Any, llm: LlmSpec, gpus: Sequence[GpuSpec], wl: Workload, re
     ok = [i for i, r in enumerate(first) if not isinstance(r, WattGPUError)]
     n = np.ones(len(gpus), dtype=np.int64)
     why: list[str | None] = [None] * len(gpus)
-    if replicas == "auto" and ok:
+    if auto and ok:
         sub = [triples[i] for i in ok]
         cols = F.columns(sub)
         learned = "server" in predictor.schema.domain.get("kinds", ())
-        sla = None if max_itl_s is None else np.full(len(sub), max_itl_s)
-        cap = capacity.capacity_table(predictor._evaluate, sub, cols, learned, sla, itl_scale)
+        itl_sla = None if sla.max_itl_s is None else np.full(len(sub), sla.max_itl_s)
+        cap = capacity.capacity_table(predictor._evaluate, sub, cols, learned, itl_sla, sla.itl_scale)
         for j, i in enumerate(ok):
             c = float(cap["max_qps"][j])
             if c <= 0 or not math.isfinite(c):
-                why[i] = (f"misses SLA at any load: ITL {cap['itl_s'][j] * itl_scale * 1e3:.1f} ms at batch 1 > "
-                          f"{max_itl_s * 1e3:g} ms")  # type: ignore[operator]
+                why[i] = (f"misses SLA even at batch 1: ITL {cap['itl_s'][j] * sla.itl_scale * 1e3:.1f} ms > "
+                          f"{sla.max_itl_s * 1e3:g} ms")  # type: ignore[operator]
             else:
-                n[i] = min(max(1, math.ceil(total / c * (1 - 1e-12))), MAX_REPLICAS)
+                n[i] = min(max(1, math.ceil(total / (c * sla.max_utilization) * (1 - 1e-12))), MAX_REPLICAS)
         # the capacity grid is coarse (powers of two), so its count can be high: step down while one replica
-        # fewer still carries the load within the SLA (feasibility only improves with more replicas)
+        # fewer still carries the load within the SLA and the utilization target (feasibility only improves
+        # with more replicas)
         down = [i for i in ok if why[i] is None and n[i] > 1]
         for _ in range(REFINE_STEPS):
             if not down:
                 break
             preds = predictor.predict_specs_safe([(gpus[i], llm, replace(wl, qps=total / int(n[i] - 1))) for i in down])
-            fewer = [i for i, p in zip(down, preds) if not isinstance(p, WattGPUError) and _miss(p, max_itl_s, itl_scale) is None]
+            fewer = [i for i, p in zip(down, preds) if not isinstance(p, WattGPUError) and _miss(p, sla, True) is None]
             for i in fewer:
                 n[i] -= 1
             down = [i for i in fewer if n[i] > 1]
-    elif replicas != "auto":
+    elif not auto:
         n[:] = int(replicas)
     out: list[tuple[int, Prediction | WattGPUError, str | None]] = [(1, r, None) for r in first]
     todo = [i for i in ok if why[i] is None]
-    for step in range(REFINE_STEPS if replicas == "auto" else 1):
+    for step in range(REFINE_STEPS if auto else 1):
         if not todo:
             break
         rows = [(gpus[i], llm, replace(wl, qps=total / int(n[i]))) for i in todo]
@@ -101,8 +129,8 @@ def plan(predictor: Any, llm: LlmSpec, gpus: Sequence[GpuSpec], wl: Workload, re
             out[i] = (int(n[i]), p, None)
             if isinstance(p, WattGPUError):
                 continue
-            miss = _miss(p, max_itl_s, itl_scale)
-            if miss and replicas == "auto" and n[i] < MAX_REPLICAS and step < REFINE_STEPS - 1:
+            miss = _miss(p, sla, auto)
+            if miss and auto and n[i] < MAX_REPLICAS and step < REFINE_STEPS - 1:
                 n[i] = min(MAX_REPLICAS, max(n[i] + 1, math.ceil(n[i] * 1.1)))
                 again.append(i)
             elif miss:
@@ -114,9 +142,14 @@ def plan(predictor: Any, llm: LlmSpec, gpus: Sequence[GpuSpec], wl: Workload, re
     return out
 
 
-def _miss(p: Prediction, max_itl_s: float | None, itl_scale: float) -> str | None:
+def _miss(p: Prediction, sla: Sla, headroom: bool) -> str | None:
     if p.overloaded:
         return capacity.overload_message(float(p.workload["qps"]), float(p.max_qps or 0.0)) + " per replica"
-    if max_itl_s is not None and p.itl_s * itl_scale > max_itl_s:
-        return f"misses SLA per replica: ITL {p.itl_s * itl_scale * 1e3:.1f} ms > {max_itl_s * 1e3:g} ms"
+    if sla.max_itl_s is not None and p.itl_s * sla.itl_scale > sla.max_itl_s:
+        return f"misses SLA per replica: ITL {p.itl_s * sla.itl_scale * 1e3:.1f} ms > {sla.max_itl_s * 1e3:g} ms"
+    if sla.max_ttft_s is not None and (p.ttft_s is None or p.ttft_s > sla.max_ttft_s):
+        shown = "unbounded" if p.ttft_s is None else f"{p.ttft_s * 1e3:.1f} ms"
+        return f"misses SLA per replica: TTFT {shown} > {sla.max_ttft_s * 1e3:g} ms"
+    if headroom and (p.utilization or 0.0) > sla.max_utilization * (1 + 1e-9):
+        return f"utilization {p.utilization:.0%} per replica above the {sla.max_utilization:.0%} target"
     return None

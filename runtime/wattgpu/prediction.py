@@ -31,6 +31,10 @@ class Prediction:
       ``max_concurrency``: full-context sequences whose KV cache fits; ``overloaded``: a server load
       beyond capacity (throughput then stays at ``max_qps × output_tokens``).
     - ``calibration``: None, or what a calibrated bundle corrected (its ``summary`` says it in words).
+    - ``ttft_s``: time to first token (s): own prefill + prefill queue + wait for a batch slot
+      (``ttft_breakdown``; :mod:`wattgpu.latency`); None when unbounded (a server at or beyond capacity).
+      ``e2e_latency_s`` = ``ttft_s`` + (output tokens − 1) × ``itl_s``.
+    - ``bound``: what bounds a decode step (``kind``: memory, compute or interconnect, and each part's share).
     """
 
     llm: str
@@ -58,6 +62,10 @@ class Prediction:
     tp: int = 1
     allreduce_s_per_step: float = 0.0
     calibration: dict[str, Any] | None = None  # set by a `wattgpu calibrate` bundle (wattgpu.calibration)
+    ttft_s: float | None = None
+    e2e_latency_s: float | None = None
+    ttft_breakdown: dict[str, Any] = field(default_factory=dict)
+    bound: dict[str, Any] = field(default_factory=dict)
 
     @property
     def total_power_w(self) -> float:
@@ -75,10 +83,11 @@ class Prediction:
         return out
 
     def energy(self, usd_per_kwh: float | None = None, gco2_per_kwh: float | None = None,
-               pue: float = 1.0) -> dict[str, Any]:
+               pue: float = 1.0, usd_per_gpu_hour: float | None = None) -> dict[str, Any]:
         """J/token, J and Wh per request, kWh per million tokens, and $ / gCO2e per million tokens when
-        a price / grid intensity is given (see :mod:`wattgpu.energy`)."""
+        a price / grid intensity is given; with ``usd_per_gpu_hour`` the GPU rent per million tokens of the
+        ``tp`` GPUs (see :mod:`wattgpu.energy`)."""
         from .energy import energy_figures
 
         return energy_figures(self.total_power_w, self.system_s_per_token, int(self.workload["output_tokens"]),
-                              usd_per_kwh, gco2_per_kwh, pue)
+                              usd_per_kwh, gco2_per_kwh, pue, usd_per_gpu_hour, self.tp)

@@ -16,7 +16,9 @@ hold the model or miss the SLA are listed separately with the reason.
   ``idle_power_w``, ``idle_power_source``, ``warnings``, ``max_qps``, ``utilization``,
   ``max_concurrency``, ``replicas``, ``qps_per_replica``, ``fleet_power_w`` (replicas × ``tp`` ×
   ``power_w``), ``tp`` (GPUs in the tensor-parallel group), ``total_power_w`` (the group's; ``power_w``
-  is per GPU);
+  is per GPU), ``ttft_ms``, ``e2e_latency_s``, ``bound``, ``max_batch`` (the batch cap, searched with an SLA),
+  ``launch_args`` (the ``vllm serve`` argument list, or null for other engines);
+- ``max_ttft_ms``, ``usd_per_gpu_hour``, ``max_utilization`` (the fleet's utilization target, null without replicas);
 - ``excluded``: list of ``gpu``, ``tp``, ``reason_kind`` (``does_not_fit`` | ``misses_sla`` | ``overloaded`` |
   ``no_group`` | ``unsupported`` | ``error``), ``reason`` (one line) and ``prediction`` (the entry as above when one
   could be made, else null);
@@ -31,10 +33,12 @@ from functools import lru_cache
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from . import capacity, fleet, parallel
+from . import features as F
 from .errors import (ArgumentTypeError, ModelFitError, SpecValidationError, UnsupportedModelError, WattGPUError,
                      require_type)
-from .energy import check_prices
-from .fleet import EVEN_SPLIT, check_replicas
+from .energy import Prices, check_prices
+from .fleet import EVEN_SPLIT, check_max_utilization, check_replicas
+from .launch import vllm_args
 from .quant import with_dtype
 from .prediction import Prediction
 from .workload import Workload
@@ -69,6 +73,11 @@ class RankEntry:
     qps_per_replica: float | None = None
     tp: int = 1
     calibration: Mapping[str, Any] | None = None  # a calibrated bundle's note (Prediction.calibration)
+    ttft_s: float | None = None
+    e2e_latency_s: float | None = None
+    max_batch: int = 256
+    launch_args: tuple[str, ...] | None = None
+    bound: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def j_per_token(self) -> float:
@@ -97,6 +106,9 @@ class RankEntry:
             "max_qps": self.max_qps, "utilization": self.utilization, "max_concurrency": self.max_concurrency,
             "replicas": self.replicas, "qps_per_replica": self.qps_per_replica, "fleet_power_w": self.fleet_power_w,
             "calibration": None if self.calibration is None else dict(self.calibration),
+            "ttft_ms": None if self.ttft_s is None else self.ttft_s * 1e3, "e2e_latency_s": self.e2e_latency_s,
+            "max_batch": self.max_batch, "launch_args": None if self.launch_args is None else list(self.launch_args),
+            "bound": dict(self.bound),
         })
         return out
 
@@ -133,6 +145,9 @@ class RankResult:
     excluded: tuple[Excluded, ...] = field(default_factory=tuple)
     replicas: int | str | None = None
     tp: int | str = 1
+    max_ttft_ms: float | None = None
+    usd_per_gpu_hour: float | None = None
+    max_utilization: float | None = None
 
     @property
     def best(self) -> RankEntry | None:
@@ -147,6 +162,8 @@ class RankResult:
             "candidates": [c.to_dict(rank=i + 1) for i, c in enumerate(self.candidates)],
             "excluded": [e.to_dict() for e in self.excluded],
             "replicas": self.replicas, "fleet_assumption": None if self.replicas is None else EVEN_SPLIT,
+            "max_ttft_ms": self.max_ttft_ms, "usd_per_gpu_hour": self.usd_per_gpu_hour,
+            "max_utilization": self.max_utilization,
         }
 
 
@@ -161,9 +178,11 @@ def sla_itl(p: Prediction, strict: bool) -> tuple[float, str]:
     return p.itl_s, "point prediction"
 
 
-def _entry(p: Prediction, strict: bool, prices: tuple[float | None, float | None, float],
-           replicas: int = 1) -> RankEntry:
+def _entry(p: Prediction, strict: bool, prices: Prices, replicas: int = 1, row: Any = None,
+           dtype: str | None = None) -> RankEntry:
     itl_sla, _ = sla_itl(p, strict)
+    wl = row[2] if row is not None else Workload.from_dict(p.workload)
+    args = vllm_args(row[1], wl, dtype) if row is not None else None
     return RankEntry(
         gpu=p.gpu, power_w=p.power_w, itl_s=p.itl_s, itl_sla_s=itl_sla, throughput_tok_s=p.throughput_tok_s,
         effective_batch=p.effective_batch, busy_fraction=p.busy_fraction, energy=p.energy(*prices),
@@ -172,7 +191,97 @@ def _entry(p: Prediction, strict: bool, prices: tuple[float | None, float | None
         itl_intervals={_level_key(i.level): (i.low, i.high) for i in p.itl_intervals},
         baselines=dict(p.baselines), warnings=p.warnings, max_qps=p.max_qps, utilization=p.utilization,
         max_concurrency=p.max_concurrency, replicas=replicas, qps_per_replica=p.workload.get("qps"), tp=p.tp,
-        calibration=p.calibration)
+        calibration=p.calibration, ttft_s=p.ttft_s, e2e_latency_s=p.e2e_latency_s, max_batch=int(wl.max_batch),
+        launch_args=None if args is None else tuple(args), bound=dict(p.bound))
+
+
+def check_sla_ms(max_itl_ms: Any, max_ttft_ms: Any) -> None:
+    """Refuse an SLA that is not a positive finite number of milliseconds, naming the field."""
+    for name, value in (("max_itl_ms", max_itl_ms), ("max_ttft_ms", max_ttft_ms)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not math.isfinite(value) or value <= 0):
+            raise WattGPUError(f"{name} = {value!r} is invalid; expected a positive number of milliseconds")
+
+
+def misses(p: Prediction, strict: bool, max_itl_ms: float | None, max_ttft_ms: float | None) -> str | None:
+    """Which SLA ``p`` misses, in words (``ITL 62.0 ms > 50 ms``), or None when it meets both."""
+    itl, _ = sla_itl(p, strict)
+    if max_itl_ms is not None and itl * 1e3 > max_itl_ms:
+        return f"ITL {itl * 1e3:.1f} ms > {max_itl_ms:g} ms"
+    if max_ttft_ms is not None and (p.ttft_s is None or p.ttft_s * 1e3 > max_ttft_ms):
+        shown = "unbounded" if p.ttft_s is None else f"{p.ttft_s * 1e3:.1f} ms"
+        return f"TTFT {shown} > {max_ttft_ms:g} ms"
+    return None
+
+
+# Batch caps whose J/token is within this share of the lowest count as equally good; the largest of them is
+# kept (most headroom and queue slots): at low load a Poisson server's energy barely depends on the cap,
+# and a cap of 1 would buy 0.1 % energy with a queue in front of every request.
+ENERGY_TIE = 0.01
+
+
+def batch_caps(limit: float) -> list[int]:
+    """The engine batch caps the SLA search tries: 1, 2, 4, … up to ``limit`` (batch cap and memory), and
+    ``limit`` itself."""
+    top = max(1, int(limit))
+    caps = {top}
+    b = 1
+    while b < top:
+        caps.add(b)
+        b *= 2
+    return sorted(caps)
+
+
+def search_caps(pred: Any, rows: Sequence[tuple[Any, Any, Workload]], first: Sequence[Any], strict: bool,
+                max_itl_ms: float | None, max_ttft_ms: float | None
+                ) -> list[tuple[Any, tuple[Any, Any, Workload], str | None, str | None]]:
+    """Per row: the batch cap meeting the ITL and TTFT SLAs at the lowest energy per token (the largest cap
+    within ``ENERGY_TIE`` of it).
+
+    Returns (prediction or error, the row at the chosen cap, exclusion kind or None, reason or None). A row
+    is excluded for the SLA only when no cap meets it: "misses SLA even at batch 1: …" when batch 1
+    already misses the ITL, else the best cap's miss; "overloaded" when every cap is."""
+    ok = [i for i, r in enumerate(first) if not isinstance(r, WattGPUError)]
+    fit: Any = F.columns([rows[i] for i in ok])["fit_batch"] if ok else []
+    variants: list[tuple[int, tuple[Any, Any, Workload]]] = []
+    by_row: dict[int, list[tuple[Any, tuple[Any, Any, Workload]]]] = {}
+    for i, f in zip(ok, fit):
+        g, m, w = rows[i]
+        by_row[i] = [(first[i], rows[i])]  # the cap asked for is always a choice (its memory limit may be lower)
+        for b in batch_caps(min(float(w.max_batch), max(float(f), 1.0))):
+            if b != w.max_batch:
+                variants.append((i, (g, m, replace(w, max_batch=b))))
+    preds = pred.predict_specs_safe([v for _, v in variants])
+    for (i, v), p in zip(variants, preds):
+        by_row[i].append((p, v))
+    for options in by_row.values():
+        options.sort(key=lambda t: t[1][2].max_batch)
+    out: list[tuple[Any, tuple[Any, Any, Workload], str | None, str | None]] = [
+        (r, rows[i], None, None) for i, r in enumerate(first)]
+    for i, options in by_row.items():
+        good = [(p, v) for p, v in options if not isinstance(p, WattGPUError)]
+        if not good:
+            out[i] = (options[0][0], options[0][1], None, None)
+            continue
+        feasible = [(p, v) for p, v in good if not p.overloaded and misses(p, strict, max_itl_ms, max_ttft_ms) is None]
+        if feasible:
+            low = min(p.energy_per_token_j for p, _ in feasible) * (1.0 + ENERGY_TIE)
+            p, v = max(((p, v) for p, v in feasible if p.energy_per_token_j <= low), key=lambda t: t[1][2].max_batch)
+            out[i] = (p, v, None, None)
+            continue
+        p1, v1 = good[0]  # batch cap 1
+        itl1 = misses(p1, strict, max_itl_ms, None)
+        served = [(p, v) for p, v in good if not p.overloaded]
+        if itl1 is not None:
+            out[i] = (p1, v1, "misses_sla", f"misses SLA even at batch 1: {itl1}")
+        elif not served:
+            p, v = good[-1]
+            out[i] = (p, v, "overloaded", capacity.overload_message(float(v[2].qps or 0.0), float(p.max_qps or 0.0)))
+        else:
+            p, v = min(served, key=lambda t: (t[0].ttft_s if t[0].ttft_s is not None else math.inf, t[0].itl_s))
+            out[i] = (p, v, "misses_sla", f"misses SLA at every batch cap: at best (max_batch {v[2].max_batch}) "
+                                          f"{misses(p, strict, max_itl_ms, max_ttft_ms)}")
+    return out
 
 
 @lru_cache(maxsize=64)
@@ -194,7 +303,9 @@ def _sort_key(sort: str) -> Callable[[RankEntry], tuple[Any, ...]]:
 def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None = None,
          max_itl_ms: float | None = None, strict: bool = False, sort: str = "energy", predictor: Any = None,
          usd_per_kwh: float | None = None, gco2_per_kwh: float | None = None, pue: float = 1.0,
-         replicas: int | str | None = None, dtype: str | None = None, tp: int | str | None = None) -> RankResult:
+         replicas: int | str | None = None, dtype: str | None = None, tp: int | str | None = None,
+         max_ttft_ms: float | None = None, usd_per_gpu_hour: float | None = None,
+         max_utilization: float | None = None) -> RankResult:
     """Rank ``gpus`` (default: the whole catalog) for serving ``llm`` under ``workload``.
 
     ``tp``: tensor-parallel degree for every GPU (default: ``workload.tp``), or ``"auto"`` to try
@@ -202,14 +313,18 @@ def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None 
     rank every (GPU, N) that fits; a GPU with no fitting group is excluded once, with the largest
     group's reason. With ``replicas`` each replica is one such group.
 
-    GPUs that cannot hold the model, or whose ITL exceeds ``max_itl_ms`` (the interval's upper bound
-    with ``strict``), are excluded with a one-line reason; the rest are sorted by ``sort``: energy per
-    token (default), mean power, or ITL. ``usd_per_kwh``/``gco2_per_kwh`` with ``pue`` add $ and gCO2e
-    per million tokens.
+    With an SLA (``max_itl_ms``, the interval's upper bound with ``strict``; ``max_ttft_ms``) each GPU
+    (and group) is predicted at every engine batch cap 1, 2, 4, … up to ``workload.max_batch`` and the
+    memory limit, and keeps the cap that meets the SLA at the lowest energy per token (``max_batch`` of
+    its entry); it is excluded only when no cap does ("misses SLA even at batch 1: ITL 62.0 ms > 50 ms").
+    GPUs that cannot hold the model are excluded with a one-line reason; the rest are sorted by
+    ``sort``: energy per token (default), mean power, or ITL. ``usd_per_kwh``/``gco2_per_kwh`` with
+    ``pue`` add $ and gCO2e per million tokens; ``usd_per_gpu_hour`` the GPU rent per million tokens.
 
     A server load beyond a GPU's capacity excludes it as ``overloaded``. With ``replicas`` (``"auto"`` or
     a count) and a server workload, ``workload.qps`` is the fleet's total rate: each GPU type gets the
-    smallest number of independent replicas (or the fixed count) that carries it within the SLA, and
+    smallest number of independent replicas (or the fixed count) that carries it within the SLA and with
+    each replica's utilization at most ``max_utilization`` (default ``fleet.MAX_UTILIZATION``), and
     candidates are ranked by fleet energy (fleet power at that rate; see :mod:`wattgpu.fleet`).
     ``dtype`` overrides the checkpoint's weight dtype (see :func:`wattgpu.quant.with_dtype`).
     """
@@ -219,47 +334,50 @@ def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None 
     if not isinstance(sort, str) or sort not in SORT_KEYS:
         raise WattGPUError(f"sort = {sort!r} is invalid; expected one of {', '.join(SORT_KEYS)}")
     require_type("strict", strict, bool, "True or False")
-    if max_itl_ms is not None and (isinstance(max_itl_ms, bool) or not isinstance(max_itl_ms, (int, float))
-                                   or not math.isfinite(max_itl_ms) or max_itl_ms <= 0):
-        raise WattGPUError(f"max_itl_ms = {max_itl_ms!r} is invalid; expected a positive number of milliseconds")
-    check_prices(usd_per_kwh, gco2_per_kwh, pue)
+    check_sla_ms(max_itl_ms, max_ttft_ms)
+    check_prices(usd_per_kwh, gco2_per_kwh, pue, usd_per_gpu_hour)
+    replicas = check_replicas(replicas)
+    if max_utilization is not None and replicas is None:
+        raise WattGPUError("max_utilization applies to fleets: give replicas ('auto' or a count) with it")
+    util_target = check_max_utilization(max_utilization)
     pred = _as_predictor(predictor) or default_predictor()
     spec = with_dtype(pred.resolve_llm(llm), dtype)
-    replicas = check_replicas(replicas)
     if replicas is not None and wl.kind != "server":
         raise WattGPUError(f"replicas = {replicas!r} needs a server workload with a total rate (--qps N)")
     gpu_specs = list(pred.catalog.gpus) if gpus is None else _unique([pred.resolve_gpu(g) for g in _gpu_list(gpus)])
     if not gpu_specs:
         raise WattGPUError("gpus: the list is empty; name at least one GPU or leave it out for the whole catalog")
-    prices = (usd_per_kwh, gco2_per_kwh, pue)
+    prices: Prices = (usd_per_kwh, gco2_per_kwh, pue, usd_per_gpu_hour)
     tp_asked: int | str = "auto" if tp == "auto" else (wl.tp if tp is None else parallel.check_tp_value(tp))
     rows, failed = _rows(gpu_specs, spec, wl, tp_asked)
+    ttft_sla = None if max_ttft_ms is None else float(max_ttft_ms)
     if replicas is not None:
-        return _rank_fleet(pred, spec, rows, failed, wl, replicas, max_itl_ms, strict, sort, prices, tp_asked)
-    results = pred.predict_specs_safe(rows)
+        return _rank_fleet(pred, spec, rows, failed, wl, replicas, max_itl_ms, strict, sort, prices, tp_asked,
+                           ttft_sla, util_target, dtype)
+    first = pred.predict_specs_safe(rows)
+    sla = max_itl_ms is not None or ttft_sla is not None
+    chosen = (search_caps(pred, rows, first, strict, max_itl_ms, ttft_sla) if sla
+              else [(r, row, None, None) for r, row in zip(first, rows)])
     candidates: list[RankEntry] = []
     excluded: list[tuple[tuple[int, float, str, int], Excluded]] = []
     basis = "point prediction"
     errors: dict[str, tuple[int, WattGPUError]] = dict(failed)  # per GPU: the error of its largest group tried
     served: set[str] = set()
-    for (g, _, w), r in zip(rows, results):
+    for r, row, kind, why in chosen:
+        g, _, w = row
         if isinstance(r, WattGPUError):
             if g.name not in errors or w.tp >= errors[g.name][0]:
                 errors[g.name] = (w.tp, r)
             continue
         served.add(g.name)
-        entry = _entry(r, strict, prices)
+        entry = _entry(r, strict, prices, row=row, dtype=dtype)
         _, basis_r = sla_itl(r, strict)
         basis = basis_r if strict else basis
-        if r.overloaded:
-            reason = capacity.overload_message(float(wl.qps or 0.0), float(r.max_qps or 0.0))
-            excluded.append(((0, -float(r.max_qps or 0.0), g.name, w.tp),
-                             Excluded(g.name, "overloaded", reason, entry, tp=w.tp)))
-            continue
-        if max_itl_ms is not None and entry.itl_sla_s * 1e3 > max_itl_ms:
-            what = "predicted ITL" if not strict else f"ITL ({basis_r})"
-            reason = f"misses SLA: {what} {entry.itl_sla_s * 1e3:.1f} ms > {max_itl_ms:g} ms"
-            excluded.append(((0, entry.itl_sla_s, g.name, w.tp), Excluded(g.name, "misses_sla", reason, entry, tp=w.tp)))
+        if kind is None and r.overloaded:
+            kind, why = "overloaded", capacity.overload_message(float(wl.qps or 0.0), float(r.max_qps or 0.0))
+        if kind is not None:
+            order = -float(r.max_qps or 0.0) if kind == "overloaded" else entry.itl_sla_s
+            excluded.append(((0, order, g.name, w.tp), Excluded(g.name, kind, str(why), entry, tp=w.tp)))
             continue
         candidates.append(entry)
     _add_failed(excluded, errors, served)
@@ -267,7 +385,8 @@ def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None 
     excluded.sort(key=lambda t: t[0])
     return RankResult(llm=spec.name, workload=wl, sort=sort, max_itl_ms=None if max_itl_ms is None else float(max_itl_ms),
                       strict=strict, sla_basis=basis, usd_per_kwh=usd_per_kwh, gco2_per_kwh=gco2_per_kwh, pue=pue,
-                      candidates=tuple(candidates), excluded=tuple(e for _, e in excluded), tp=tp_asked)
+                      candidates=tuple(candidates), excluded=tuple(e for _, e in excluded), tp=tp_asked,
+                      max_ttft_ms=ttft_sla, usd_per_gpu_hour=usd_per_gpu_hour)
 
 
 def _add_failed(excluded: list[tuple[tuple[int, float, str, int], Excluded]],
@@ -311,12 +430,13 @@ def _itl_scale(pred: Any, strict: bool) -> tuple[float, str]:
 
 def _rank_fleet(pred: Any, spec: Any, rows: Sequence[tuple[Any, Any, Workload]],
                 failed: Mapping[str, tuple[int, WattGPUError]], wl: Workload, replicas: int | str,
-                max_itl_ms: float | None, strict: bool, sort: str,
-                prices: tuple[float | None, float | None, float], tp_asked: int | str) -> RankResult:
+                max_itl_ms: float | None, strict: bool, sort: str, prices: Prices, tp_asked: int | str,
+                max_ttft_ms: float | None, max_utilization: float, dtype: str | None) -> RankResult:
     """Rank GPU types (and, with ``tp="auto"``, group sizes) by the fleet of replicas that carries
     ``wl.qps`` (see :mod:`wattgpu.fleet`); each replica is one tensor-parallel group."""
     scale, basis = _itl_scale(pred, strict)
-    sla = None if max_itl_ms is None else max_itl_ms / 1e3
+    sla = fleet.Sla(None if max_itl_ms is None else max_itl_ms / 1e3, None if max_ttft_ms is None else max_ttft_ms / 1e3,
+                    max_utilization, scale)
     by_tp: dict[int, list[Any]] = {}
     for g, _, w in rows:
         by_tp.setdefault(w.tp, []).append(g)
@@ -326,13 +446,13 @@ def _rank_fleet(pred: Any, spec: Any, rows: Sequence[tuple[Any, Any, Workload]],
     served: set[str] = set()
     for group, gpus in sorted(by_tp.items()):
         w = wl if wl.tp == group else replace(wl, tp=group)
-        for g, (n, r, why) in zip(gpus, fleet.plan(pred, spec, gpus, w, replicas, sla, scale)):
+        for g, (n, r, why) in zip(gpus, fleet.plan(pred, spec, gpus, w, replicas, sla)):
             if isinstance(r, WattGPUError):
                 if g.name not in errors or group >= errors[g.name][0]:
                     errors[g.name] = (group, r)
                 continue
             served.add(g.name)
-            entry = _entry(r, strict, prices, replicas=n)
+            entry = _entry(r, strict, prices, replicas=n, row=(g, spec, Workload.from_dict(r.workload)), dtype=dtype)
             if why is not None:
                 kind = "overloaded" if why.startswith("overloaded") else "misses_sla"
                 reason = why if replicas == "auto" else f"{n} replicas: {why}"
@@ -345,7 +465,7 @@ def _rank_fleet(pred: Any, spec: Any, rows: Sequence[tuple[Any, Any, Workload]],
     return RankResult(llm=spec.name, workload=wl, sort=sort, max_itl_ms=None if max_itl_ms is None else float(max_itl_ms),
                       strict=strict, sla_basis=basis, usd_per_kwh=prices[0], gco2_per_kwh=prices[1], pue=prices[2],
                       candidates=tuple(candidates), excluded=tuple(e for _, e in excluded), replicas=replicas,
-                      tp=tp_asked)
+                      tp=tp_asked, max_ttft_ms=max_ttft_ms, usd_per_gpu_hour=prices[3], max_utilization=max_utilization)
 
 
 def _as_workload(workload: Any) -> Workload:

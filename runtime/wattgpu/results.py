@@ -1,6 +1,7 @@
 """Every number of a prediction, vectorised (``core``), and the per-row results built from it."""
 from __future__ import annotations
 
+import math
 import weakref
 from typing import Any, Callable, Mapping, Sequence
 
@@ -8,7 +9,7 @@ import numpy as np
 
 from . import capacity
 from . import features as F
-from . import ops, physics
+from . import latency, ops, physics
 from .assemble import Evaluate, Row
 from .bundle import ModelBundle
 from .checks import (capacity_warnings, context_warnings, domain_warnings, intervals, not_finite_error,
@@ -25,7 +26,8 @@ SERVER_CODE = float(KINDS.index("server"))  # wl_kind_code of a Poisson-server r
 OFFLINE_CODE = float(KINDS.index("offline"))
 TABLE_FIELDS = ("power_w", "itl_s", "system_s_per_token", "throughput_tok_s", "energy_per_token_j",
                 "energy_per_request_j", "effective_batch", "busy_fraction", "max_qps", "utilization",
-                "max_concurrency")
+                "max_concurrency", "ttft_s", "e2e_latency_s")
+CLOSED_LOOP_CODE = float(KINDS.index("closed_loop"))
 Core = dict[str, np.ndarray]
 Mix = dict[int, dict[str, Any]]
 
@@ -62,7 +64,27 @@ def core(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.C
     overloaded = (util > 1.0 + 1e-9) & server
     numbers.update(max_qps=cap["max_qps"], utilization=np.where(overloaded, util, np.minimum(util, 1.0)),
                    max_concurrency=cap["max_concurrency"], overloaded=overloaded)  # > 1 only when overloaded
+    budget = np.array([latency.prefill_budget(g, w) for g, _, w in rows], dtype=np.float64)
+    clients = np.where(cols["wl_kind_code"] == CLOSED_LOOP_CODE, cols["wl_concurrency"], np.nan)
+    wait = latency.closed_loop_wait(clients, batch, req_s)
+    if server_rows:
+        wait[server_rows] = latency.server_wait(cols["wl_qps"][server_rows], cap["max_qps"][server_rows],
+                                                cap["concurrency"][server_rows])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        numbers.update(latency_numbers(cols, budget, batch, numbers["itl_s"], tokens_per_s,
+                                       latency.step_envelope(batch, cap["grid_batch"], cap["grid_itl"]), wait))
     return numbers, mix
+
+
+def latency_numbers(cols: Any, budget: Any, batch: Any, itl: Any, tokens_per_s: Any, step_s: Any,
+                    wait: Any) -> dict[str, Any]:
+    """TTFT and its parts, end-to-end latency and the decode step's roofline parts (:mod:`latency`);
+    arrays, or floats for the one-row scalar path."""
+    out = latency.ttft(cols, budget, batch, step_s, tokens_per_s / cols["wl_output_tokens"], wait)
+    out["e2e_latency_s"] = latency.e2e_latency(out["ttft_s"], itl, cols["wl_output_tokens"])
+    out["prefill_budget"] = budget
+    out.update({f"step_{k}_s": v for k, v in latency.step_parts(cols, batch).items()})
+    return out
 
 
 def finish(power: Any, itl: Any, batch: Any, busy: Any, tokens_per_s: Any, tdp: Any, output_tokens: Any,
@@ -137,6 +159,7 @@ def prediction(bundle: ModelBundle, i: int, row: Row, cols: F.Columns, numbers: 
         warnings.append(f"predicted power {raw:.0f} W exceeds TDP {gpu.tdp_w:.0f} W; capped at TDP")
     scen = physics.paper_scenario(wl.kind, wl.qps)
     baselines = {"tdp_w": gpu.tdp_w, "ls_tdp_w": physics.ls_tdp_power_w(gpu.tdp_w, scen),
+                 "prefill_roofline_s": float(numbers["prefill_roofline_s"][i]),
                  # at the batch the ITL is predicted at: a server's solved busy batch, not the offline cap
                  "roofline_itl_s": float(cols["roofline_itl_s"][i]) if mix is None else mix["roofline_itl_s"],
                  "tdp_total_w": gpu.tdp_w * wl.tp, "ls_tdp_total_w": physics.ls_tdp_power_w(gpu.tdp_w, scen) * wl.tp}
@@ -161,7 +184,22 @@ def prediction(bundle: ModelBundle, i: int, row: Row, cols: F.Columns, numbers: 
         baselines=baselines,
         warnings=tuple(warnings), max_qps=max_qps, utilization=float(numbers["utilization"][i]),
         max_concurrency=max_conc, overloaded=overloaded,
-        tp=wl.tp, allreduce_s_per_step=float(cols["comm_s"][i]), calibration=calibrated)
+        tp=wl.tp, allreduce_s_per_step=float(cols["comm_s"][i]), calibration=calibrated,
+        ttft_s=_finite(numbers["ttft_s"][i]), e2e_latency_s=_finite(numbers["e2e_latency_s"][i]),
+        ttft_breakdown={"prefill_s": float(numbers["prefill_s"][i]),
+                        "prefill_queue_s": float(numbers["prefill_queue_s"][i]),
+                        "slot_wait_s": _finite(numbers["slot_wait_s"][i]),
+                        "prefill_steps": int(numbers["prefill_steps"][i]),
+                        "prefill_budget_tokens": int(numbers["prefill_budget"][i]),
+                        "prefill_efficiency": latency.PREFILL_EFFICIENCY},
+        bound=latency.bound(float(numbers["step_memory_s"][i]), float(numbers["step_compute_s"][i]),
+                            float(numbers["step_interconnect_s"][i])))
+
+
+def _finite(x: float) -> float | None:
+    """``x`` as a float, or None where it is unbounded (NaN/inf: a server at or beyond capacity)."""
+    x = float(x)
+    return x if math.isfinite(x) else None
 
 
 def scaled_factors(factors: tuple[tuple[float, float, float], ...], rho: float) -> tuple[tuple[float, float, float], ...]:

@@ -22,13 +22,14 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import assemble, capacity, ops, parallel
+from . import assemble, capacity, latency, ops, parallel
 from . import features as F
 from .assemble import Row
 from .bundle import ModelBundle
 from .checks import NO_KV_CACHE
 from .prediction import Prediction
-from .results import ROW_COLUMNS, RowMemo, finish, memo_for, prediction, served_token_rate, utilization
+from .results import (CLOSED_LOOP_CODE, ROW_COLUMNS, RowMemo, finish, latency_numbers, memo_for, prediction,
+                      served_token_rate, utilization)
 from .targets import inverse
 
 
@@ -113,6 +114,10 @@ def numbers_one(bundle: ModelBundle, row: Row, memo: RowMemo | None = None) -> t
         if numbers["not_finite"]:
             return None
         util = utilization(c, max_qps, batch, req_s)  # type: ignore[arg-type]
+        clients = c["wl_concurrency"] if c["wl_kind_code"] == CLOSED_LOOP_CODE else math.nan
+        wait = latency.closed_loop_wait(clients, batch, req_s)
+        numbers.update(latency_numbers(c, latency.prefill_budget(g, wl), batch, itl, rate,
+                                       latency.step_envelope_one(batch, grid_batch, grid_itl), wait))
     except ArithmeticError:  # ZeroDivisionError, OverflowError: numpy would give inf/NaN
         return None
     numbers.update(max_qps=max_qps, utilization=util, max_concurrency=ops.maximum(c["fit_sequences"], 0.0),

@@ -37,7 +37,7 @@ WORKLOADS: dict[str, dict[str, Any]] = {
 }
 FIELDS = ("power_w", "itl_s", "throughput_tok_s", "system_s_per_token", "energy_per_token_j",
           "energy_per_request_j", "effective_batch", "busy_fraction", "idle_power_w", "max_qps", "utilization",
-          "max_concurrency", "overloaded")
+          "max_concurrency", "overloaded", "ttft_s", "e2e_latency_s")
 RANKS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "llama8b_offline_energy": ("meta-llama/Llama-3.1-8B-Instruct", {}, {}),
     "llama8b_server_sla": ("meta-llama/Llama-3.1-8B-Instruct", {"kind": "server", "qps": 0.017},
@@ -99,7 +99,7 @@ def compute(models: str | None = None) -> dict[str, Any]:
     for name, (llm, wl, opts) in RANKS.items():
         res = wattgpu.rank(llm, Workload(**wl), predictor=pred, **opts)
         ranks[name] = {"candidates": [[c.gpu, _n(c.power_w), _n(c.itl_s), _n(c.itl_sla_s), _n(c.j_per_token),
-                                       c.replicas] for c in res.candidates],
+                                       c.replicas, c.max_batch, _n(c.ttft_s)] for c in res.candidates],
                        "excluded": [[e.gpu, e.reason_kind, text(e.reason)] for e in res.excluded]}
     return {"about": "golden predictions; regenerate with tests/golden/regenerate.py (see its docstring)",
             "fields": list(FIELDS), "llms": list(LLMS), "workloads": WORKLOADS, "predictions": preds,

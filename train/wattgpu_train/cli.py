@@ -136,13 +136,19 @@ def fit_cmd(data_dir: Path, watt_counts: Path | None, specs: Path, recipe: str, 
 @click.option("--jobs", type=int, default=2, show_default=True, help="Fold fits run in parallel.")
 @click.option("--kshot-only", is_flag=True,
               help="Only the k-shot calibration table (calibration.json and .md), not the full scoreboard.")
-def evaluate_cmd(out: Path, data_dir: Path, specs: Path, quick: bool, jobs: int, kshot_only: bool) -> None:
+@click.option("--ttft-only", is_flag=True,
+              help="Only the TTFT table: updates the 'ttft' key of OUT/accuracy.json and rewrites accuracy.md (seconds).")
+def evaluate_cmd(out: Path, data_dir: Path, specs: Path, quick: bool, jobs: int, kshot_only: bool,
+                 ttft_only: bool) -> None:
     """Score default, paper recipe and physical baselines under CV / LOGO / LOLO / LOSO; write accuracy.json and .md,
     and the k-shot calibration table (calibration.json and .md)."""
     from .report import evaluate_markdown
 
     if kshot_only:
         _kshot(out, _pipeline().load(data_dir, specs), quick, jobs)
+        return
+    if ttft_only:
+        _ttft(out, _pipeline().load(data_dir, specs))
         return
     t0 = time.perf_counter()
     result = _pipeline().evaluate(_pipeline().load(data_dir, specs), quick=quick, n_jobs=jobs, log=_echo_err)
@@ -162,6 +168,32 @@ def evaluate_cmd(out: Path, data_dir: Path, specs: Path, quick: bool, jobs: int,
                 click.echo(f"{target} TP rows ({tp['rows']}) {split.upper()} MdAPE: {row}")
     click.echo(f"wrote {j} and {m} in {elapsed:.0f} s")
     _kshot(out, _pipeline().load(data_dir, specs), quick, jobs)
+
+
+def _ttft(out: Path, data: Any) -> None:
+    """Score TTFT (physics vs prefill roofline), store it under accuracy.json's 'ttft' key, rewrite accuracy.md."""
+    from .report import evaluate_markdown
+    from .ttft import ttft_scores
+
+    result = ttft_scores(data.records, data.catalog)
+    path = out / "accuracy.json"
+    whole = json.loads(path.read_text()) if path.exists() else None
+    if whole is not None:
+        whole["ttft"] = result
+        _write(out, "accuracy.json", json.dumps(whole, indent=1, sort_keys=False, ensure_ascii=False) + "\n")
+        _write(out, "accuracy.md", evaluate_markdown(whole))
+    else:
+        _write(out, "ttft.json", json.dumps(result, indent=1, ensure_ascii=False) + "\n")
+    if result.get("rows"):
+        p, r = result["pooled"]["physics"], result["pooled"]["prefill_roofline"]
+        click.echo(f"TTFT ({result['rows']} rows): physics MdAPE {p['mdape']:.1f} % (bias {p['bias_pct']:+.1f} %), "
+                   f"prefill roofline MdAPE {r['mdape']:.1f} % (bias {r['bias_pct']:+.1f} %); "
+                   f"target {'met' if result['target']['met'] else 'missed'}")
+        for g, v in result["per_gpu"].items():
+            click.echo(f"  {g}: n={v['physics']['rows']} physics {v['physics']['mdape']:.1f} %, "
+                       f"roofline {v['prefill_roofline']['mdape']:.1f} %")
+    else:
+        click.echo("TTFT: no measured row records a TTFT")
 
 
 def _kshot(out: Path, data: Any, quick: bool, jobs: int) -> None:

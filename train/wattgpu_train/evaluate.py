@@ -353,6 +353,10 @@ def evaluate(records: pd.DataFrame, catalog: Catalog, quick: bool = False, n_job
     out["tp"] = tp_out
     out["energy_pick"] = _energy_pick(datasets, preds)
     out["per_gpu_logo"] = {t: per_gpu_scores(datasets[t], preds[t]["logo"], t) for t in TARGETS}
+    log("TTFT: physics vs prefill roofline on the rows that measure it")
+    from .ttft import ttft_scores
+
+    out["ttft"] = ttft_scores(records, catalog)
     out["targets"] = issue_targets(out)
     log("intervals: nested leave-one-GPU-out calibration")
     out["intervals"] = {t: logo_interval_coverage(methods["default"], t, datasets[t], preds[t]["logo"]["default"],

@@ -155,6 +155,10 @@ def evaluate_markdown(r: dict[str, Any], runtime_s: float | None = None) -> str:
             out.append(f"| {t} | {g} | {v['n']} | {bias:+.1f} % | {_f(v['coverage_80'], pct=True)} "
                        f"| {_f(v['coverage_95'], pct=True)} "
                        f"| {ok} |")
+    if "ttft" in r:
+        from .ttft import markdown as ttft_markdown
+
+        out += ttft_markdown(r["ttft"])
     sel = r.get("selection", {})
     if sel.get("chosen"):
         out += ["", "## Nested selection: candidates and how often each outer fold chose them", ""]

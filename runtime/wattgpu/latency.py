@@ -1,0 +1,151 @@
+"""Time to first token (TTFT), end-to-end latency and what bounds a decode step: the one place they live.
+
+TTFT = slot wait + prefill queue + own prefill, each from the numbers the capacity model already has
+(request time ``W`` from :func:`capacity.request_s`, capacity ``max_qps``, the ITL grid):
+
+- **own prefill** ``prefill_s`` = max(prompt FLOPs / (matmul peak × ``PREFILL_EFFICIENCY``),
+  prefill steps × decode-step time). The engine prefills at most ``budget − running decodes`` prompt tokens
+  per step (vLLM's chunked prefill, ``max_num_batched_tokens``: :func:`prefill_budget`), and every step
+  lasts at least a decode step of the running batch (the step envelope: the slowest grid ITL at or below the
+  batch, monotone in the batch whatever the trees learned). Never below the compute roofline
+  (:func:`capacity.prefill_s`), since the efficiency is ≤ 1.
+- **prefill queue** (interference from other requests' prefills): prompts are prefilled first come first
+  served through that token budget, a single server of time ``stage_s`` per prompt (budget-bound, or the
+  compute roofline the capacity model charges a request, the slower) fed at the served request rate;
+  M/D/1 (equal prompts): wait = ρ / (2(1 − ρ)) × ``stage_s``, ρ = rate × ``stage_s`` (at most
+  ``MAX_PREFILL_RHO``).
+- **slot wait**: a Poisson server queues for one of the engine's batch slots: M/M/c (Erlang C) with ``c`` =
+  the slots of the capacity's operating point and service time ``c / max_qps`` (= ``W`` there), so
+  wait = C(c, a) / (max_qps − qps), a = c × qps / max_qps; undefined (``None``) at or beyond capacity.
+  A closed loop with more clients than fit in memory queues the rest: (clients − batch) × ``W`` / batch.
+  Offline TTFT is counted from a request's admission to a batch slot (its wait in the offline queue
+  depends on its position: request k waits about k / ``max_qps``).
+
+Every term is non-decreasing in the offered load (qps, clients), so TTFT is too, and TTFT ≥ the compute
+roofline of the prompt. Arrays or, for the one-row scalar path (non-server rows), plain floats.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from . import capacity, ops, parallel, physics
+
+# Share of the dense tensor peak a prefill reaches: large GEMMs run at 50–70 % of peak in vLLM/TensorRT
+# kernels, attention and norms lower; a round a-priori figure, not fitted on the TTFT rows.
+PREFILL_EFFICIENCY = 0.5
+# vLLM's default max_num_batched_tokens for its OpenAI server (EngineArgs batch defaults, vLLM >= 0.8 V1):
+# 8192 on GPUs with >= 70 GiB that are not A100s, 2048 on the rest; never below max_num_seqs (vLLM refuses
+# a budget smaller than the batch cap).
+BUDGET_LARGE_GPU = 8192
+BUDGET_DEFAULT = 2048
+LARGE_GPU_GB = 70.0
+MAX_PREFILL_RHO = 0.95  # the prefill queue's load is capped here (beyond it the chunk budget is the bottleneck)
+
+
+def prefill_budget(gpu: Any, wl: Any) -> float:
+    """Prompt tokens the engine batches per step: vLLM's default ``max_num_batched_tokens`` for ``gpu``
+    (8192 on >= 70 GiB GPUs other than A100s, else 2048), at least the batch cap ``wl.max_batch``."""
+    large = gpu.memory_size_gb >= LARGE_GPU_GB and "a100" not in gpu.name.lower()
+    return float(max(BUDGET_LARGE_GPU if large else BUDGET_DEFAULT, wl.max_batch))
+
+
+def step_envelope(batch: np.ndarray, grid_batch: np.ndarray, grid_itl: np.ndarray) -> np.ndarray:
+    """Per row, the slowest decode step of the capacity grid at batches ≤ ``batch`` (rows × points):
+    non-decreasing in the batch by construction; the first grid point (batch 1) where none qualifies."""
+    with np.errstate(invalid="ignore"):
+        ok = (grid_batch <= batch[:, None]) & np.isfinite(grid_itl)
+        env = np.where(ok, grid_itl, -np.inf).max(axis=1)
+    return np.where(np.isfinite(env), env, grid_itl[:, 0])
+
+
+def step_envelope_one(batch: float, grid_batch: tuple[float, ...], grid_itl: tuple[float, ...]) -> float:
+    """:func:`step_envelope` of one row on floats (max is exact: the same bits)."""
+    best = -math.inf
+    for b, i in zip(grid_batch, grid_itl):
+        if b <= batch and math.isfinite(i):
+            best = max(best, i)
+    return best if math.isfinite(best) else grid_itl[0]
+
+
+def ttft(cols: Any, budget: Any, batch: Any, step_s: Any, req_rate: Any, slot_wait_s: Any) -> dict[str, Any]:
+    """TTFT and its parts (s) of rows with decode batch ``batch``, step time ``step_s`` (the envelope),
+    served request rate ``req_rate`` (req/s) and slot wait ``slot_wait_s`` (NaN = unbounded)."""
+    inp = cols["wl_input_tokens"]
+    roofline = capacity.prefill_s(cols)
+    compute = roofline / PREFILL_EFFICIENCY
+    free = ops.maximum(budget - ops.maximum(batch - 1.0, 0.0), 1.0)
+    steps = -ops.floor(-(inp / free))  # ceil: whole engine steps
+    own = ops.maximum(steps * step_s, compute)
+    # time the engine spends on one prompt as the capacity model charges it (compute roofline, or the budget's
+    # steps): the queue's load is then below 1 wherever the capacity says the rate is sustainable
+    stage = ops.maximum(inp * step_s / free, roofline)
+    rho = ops.minimum(req_rate * stage, MAX_PREFILL_RHO)
+    queue = rho / (2.0 * (1.0 - rho)) * stage
+    return {"ttft_s": slot_wait_s + queue + own, "prefill_s": own, "prefill_queue_s": queue,
+            "slot_wait_s": slot_wait_s, "prefill_roofline_s": roofline, "prefill_steps": steps}
+
+
+def closed_loop_wait(clients: Any, batch: Any, req_s: Any) -> Any:
+    """Slot wait of a closed loop: clients beyond the ``batch`` the engine holds queue, each for
+    (clients − batch) × ``req_s`` / batch on average (Little's law over the waiting clients); 0 for
+    other rows (``clients`` NaN)."""
+    extra = ops.where(ops.isnan(clients), 0.0, ops.maximum(clients - batch, 0.0))
+    return extra * req_s / batch
+
+
+def erlang_c(servers: int, offered: float) -> float:
+    """Probability an arrival waits in an M/M/c queue with ``servers`` and ``offered`` load (Erlangs),
+    from the stable Erlang-B recursion; 1 when ``offered`` ≥ ``servers``."""
+    if offered >= servers:
+        return 1.0
+    b = 1.0
+    for k in range(1, servers + 1):
+        b = offered * b / (k + offered * b)
+        if b == 0.0:
+            break
+    rho = offered / servers
+    return b / (1.0 - rho * (1.0 - b))
+
+
+def server_wait(qps: np.ndarray, max_qps: np.ndarray, slots: np.ndarray) -> np.ndarray:
+    """Mean wait (s) for a batch slot of a Poisson server: M/M/c with c = ``slots`` (the capacity's
+    operating batch) and service time c / ``max_qps``: C(c, a) / (max_qps − qps); NaN at or beyond capacity."""
+    out = np.full(len(qps), math.nan)
+    for k, (lam, mu, c) in enumerate(zip(qps.tolist(), max_qps.tolist(), slots.tolist())):
+        if not (lam < mu and math.isfinite(mu) and c >= 1):
+            continue
+        n = max(1, int(round(c)))
+        out[k] = erlang_c(n, n * lam / mu) / (mu - lam)
+    return out
+
+
+def e2e_latency(ttft_s: Any, itl_s: Any, output_tokens: Any) -> Any:
+    """End-to-end latency of one request: TTFT + (output tokens − 1) × ITL."""
+    return ttft_s + (output_tokens - 1.0) * itl_s
+
+
+def step_parts(cols: Any, batch: Any) -> dict[str, Any]:
+    """The roofline parts of one decode step at ``batch`` (s): ``memory`` (DRAM bytes / bandwidth),
+    ``compute`` (FLOPs / matmul peak) and ``interconnect`` (the group's all-reduces; 0 on one GPU)."""
+    step_bytes = physics.decode_step_bytes(cols["active_weights_bytes"], cols["weights_bytes"], batch,
+                                           cols["kv_per_token"], cols["mean_context"], cols["llm_num_experts"],
+                                           cols["llm_experts_per_tok"])
+    mem = step_bytes / (cols["gpu_memory_bandwidth_gb_s"] * 1e9)
+    flop = 2.0 * cols["gpu_active_params_b"] * 1e9 * batch / (cols["compute_tflops"] * 1e12)
+    comm = parallel.comm_step_s(cols["llm_num_layers"], batch, cols["llm_hidden_size"], cols["wl_tp"],
+                                cols["link_gb_s"], cols["link_latency_s"])
+    return {"memory": mem, "compute": flop, "interconnect": comm}
+
+
+BOUNDS = ("memory", "compute", "interconnect")
+
+
+def bound(mem: float, flop: float, comm: float) -> dict[str, Any]:
+    """What bounds a decode step: ``kind`` (the largest part) and each part's ``*_share`` of their sum."""
+    parts = {"memory": mem, "compute": flop, "interconnect": comm}
+    total = mem + flop + comm
+    kind = max(BOUNDS, key=lambda k: parts[k])
+    return {"kind": kind, **{f"{k}_share": (parts[k] / total if total > 0 else 0.0) for k in BOUNDS}}

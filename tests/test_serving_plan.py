@@ -1,0 +1,181 @@
+"""Issue 24: TTFT and end-to-end latency, the SLA search over the batch cap, fleets with headroom, launch
+arguments, the decode-step bound and GPU-hour cost — API, CLI text and JSON."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from wattgpu import latency
+from wattgpu.cli import main
+from wattgpu.errors import WattGPUError
+from wattgpu.fleet import MAX_UTILIZATION
+from wattgpu.predictor import Predictor
+from wattgpu.rank import batch_caps, rank
+from wattgpu.workload import Workload
+
+LLM = "meta-llama/Llama-3.1-8B-Instruct"
+LLM70 = "meta-llama/Llama-3.1-70B-Instruct"
+H200 = "NVIDIA H200 SXM 141GB"
+B300 = "NVIDIA B300 SXM6 (HGX B300, Blackwell Ultra)"
+
+
+@pytest.fixture(scope="module")
+def pred() -> Predictor:
+    return Predictor()
+
+
+def _cli(*args: str):
+    return CliRunner().invoke(main, list(args))
+
+
+def _ttft(p) -> float:
+    return math.inf if p.ttft_s is None else p.ttft_s
+
+
+def test_ttft_monotone_in_load_and_above_the_prefill_roofline_over_the_catalog(pred: Predictor) -> None:
+    """More load never shortens TTFT (server qps, closed-loop clients), and TTFT is never below the prompt's
+    compute roofline; e2e = TTFT + (out − 1) × ITL."""
+    cat = pred.catalog
+    llm = cat.llm(LLM)
+    qps = (0.05, 0.5, 2.0, 5.0, 10.0, 20.0, 40.0, 80.0)
+    clients = (1, 4, 16, 64, 256, 1024)
+    checked = 0
+    for g in cat.gpus:
+        rows = [(g, llm, Workload(kind="server", qps=q)) for q in qps]
+        rows += [(g, llm, Workload(kind="closed_loop", concurrency=c)) for c in clients]
+        rows += [(g, llm, Workload(max_batch=b)) for b in (1, 8, 64, 256)]
+        res = pred.predict_specs_safe(rows)
+        if any(isinstance(r, WattGPUError) for r in res):
+            continue
+        checked += 1
+        server, loop = res[:len(qps)], res[len(qps):len(qps) + len(clients)]
+        for seq in (server, loop):
+            t = [_ttft(p) for p in seq]
+            assert all(b >= a * (1 - 1e-9) for a, b in zip(t, t[1:])), (g.name, t)
+        for p in res:
+            roof = p.baselines["prefill_roofline_s"]
+            assert p.ttft_s is None or p.ttft_s >= roof * (1 - 1e-12), (g.name, p.workload)
+            if p.ttft_s is not None:
+                assert p.e2e_latency_s == pytest.approx(p.ttft_s + (p.workload["output_tokens"] - 1) * p.itl_s)
+            if p.overloaded:
+                assert p.ttft_s is None
+            assert p.bound["kind"] in latency.BOUNDS
+            assert sum(p.bound[f"{k}_share"] for k in latency.BOUNDS) == pytest.approx(1.0)
+    assert checked > 30
+
+
+def test_ttft_unbounded_when_overloaded_and_json_keys(pred: Predictor) -> None:
+    p = pred.predict("NVIDIA L4", LLM, {"kind": "server", "qps": 500})
+    assert p.overloaded and p.ttft_s is None and p.e2e_latency_s is None
+    d = p.to_dict()
+    for k in ("ttft_s", "e2e_latency_s", "ttft_breakdown", "bound"):
+        assert k in d
+    assert set(d["ttft_breakdown"]) == {"prefill_s", "prefill_queue_s", "slot_wait_s", "prefill_steps",
+                                        "prefill_budget_tokens", "prefill_efficiency"}
+    assert "prefill_roofline_s" in d["baselines"]
+    json.dumps(d, allow_nan=False)  # no NaN/inf in the JSON
+
+
+def test_prefill_budget_follows_vllm_defaults(pred: Predictor) -> None:
+    cat = pred.catalog
+    assert latency.prefill_budget(cat.gpu("NVIDIA H100 SXM5 80GB"), Workload()) == 8192
+    assert latency.prefill_budget(cat.gpu("NVIDIA A100 SXM4 80GB"), Workload()) == 2048  # vLLM excludes A100s
+    assert latency.prefill_budget(cat.gpu("NVIDIA L4"), Workload()) == 2048
+    assert latency.prefill_budget(cat.gpu("NVIDIA L4"), Workload(max_batch=4096)) == 4096
+    long = pred.predict("NVIDIA L4", LLM, {"input_tokens": 8192, "max_batch": 1})
+    assert long.ttft_breakdown["prefill_steps"] == 4
+
+
+def test_erlang_c_known_values() -> None:
+    assert latency.erlang_c(1, 0.5) == pytest.approx(0.5)  # M/M/1: P(wait) = rho
+    assert latency.erlang_c(2, 1.0) == pytest.approx(1 / 3)
+    assert latency.erlang_c(4, 4.0) == 1.0
+    w = latency.server_wait(np.array([1.0, 2.0]), np.array([2.0, 2.0]), np.array([1.0, 1.0]))
+    assert w[0] == pytest.approx(0.5 / (2.0 - 1.0)) and math.isnan(w[1])
+
+
+def test_70b_itl_sla_keeps_2xh200_and_1xb300_at_a_smaller_batch_cap() -> None:
+    res = rank(LLM70, Workload(), max_itl_ms=50, tp="auto")
+    got = {(c.gpu, c.tp): c for c in res.candidates}
+    for key in ((H200, 2), (B300, 1)):
+        assert key in got, key
+        c = got[key]
+        assert c.itl_s * 1e3 <= 50 and c.max_batch < 256
+        assert c.launch_args is not None and "--max-num-seqs" in c.launch_args
+        assert c.launch_args[c.launch_args.index("--max-num-seqs") + 1] == str(c.max_batch)
+        assert c.launch_args[c.launch_args.index("--tensor-parallel-size") + 1] == str(c.tp)
+    for x in res.excluded:
+        if x.reason_kind == "misses_sla":
+            assert x.reason.startswith("misses SLA even at batch 1: ITL ") and x.reason.endswith("> 50 ms")
+    d = res.to_dict()
+    assert all({"max_batch", "launch_args", "ttft_ms", "e2e_latency_s", "bound"} <= set(c) for c in d["candidates"])
+
+
+def test_cli_rank_prints_ttft_cap_and_the_launch_line() -> None:
+    r = _cli("rank", "--llm", LLM70, "--tp", "auto", "--max-itl-ms", "50", "--gpus", f"{H200},B300")
+    assert r.exit_code == 0, r.output
+    assert "TTFT ms" in r.output and " cap " in r.output
+    assert "vllm serve meta-llama/Llama-3.1-70B-Instruct --tensor-parallel-size" in r.output
+    r = _cli("rank", "--llm", LLM, "--max-ttft-ms", "0")
+    assert r.exit_code == 2 and "max_ttft_ms" in r.output
+
+
+def test_batch_caps() -> None:
+    assert batch_caps(1) == [1]
+    assert batch_caps(19) == [1, 2, 4, 8, 16, 19]
+    assert batch_caps(256) == [1, 2, 4, 8, 16, 32, 64, 128, 256]
+
+
+def test_no_fleet_planned_above_the_utilization_target() -> None:
+    for target in (None, 0.5):
+        res = rank(LLM, Workload(kind="server", qps=20), replicas="auto", max_utilization=target)
+        limit = MAX_UTILIZATION if target is None else target
+        assert res.max_utilization == limit and res.candidates
+        for c in res.candidates:
+            assert c.utilization <= limit + 1e-9, (c.gpu, c.replicas, c.utilization)
+    a100 = next(c for c in rank(LLM, Workload(kind="server", qps=20), replicas="auto",
+                                gpus=["NVIDIA A100 PCIe 40GB"]).candidates)
+    assert a100.utilization <= 0.8
+
+
+def test_fleet_ttft_sla_and_bad_utilization() -> None:
+    res = rank(LLM, Workload(kind="server", qps=20), replicas="auto", max_ttft_ms=200, gpus=["NVIDIA L4"])
+    for c in res.candidates:
+        assert c.ttft_s is not None and c.ttft_s <= 0.2
+    for bad in (0, 1.5, float("nan"), -1, True):
+        with pytest.raises(WattGPUError, match="max_utilization"):
+            rank(LLM, Workload(kind="server", qps=20), replicas="auto", max_utilization=bad)
+    with pytest.raises(WattGPUError, match="max_utilization"):
+        rank(LLM, Workload(), max_utilization=0.5)
+
+
+def test_predict_sla_search_and_gpu_hour_cost() -> None:
+    r = _cli("predict", "--llm", LLM70, "--gpu", "B300", "--max-itl-ms", "50", "--json", "--usd-per-gpu-hour", "4")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["sla"]["met"] and d["sla"]["max_batch"] < 256 and d["itl_s"] * 1e3 <= 50
+    e = d["energy"]
+    assert e["usd_per_mtok_gpu_hours"] == pytest.approx(4 * d["tp"] * d["system_s_per_token"] * 1e6 / 3600)
+    r = _cli("predict", "--llm", LLM70, "--gpu", "L40S", "--tp", "4", "--max-itl-ms", "50")
+    assert r.exit_code == 0 and "not met: misses SLA even at batch 1: ITL" in r.output
+    for bad in ("nan", "-1", "5000", "inf"):
+        r = _cli("predict", "--llm", LLM, "--gpu", "L4", "--usd-per-gpu-hour", bad)
+        assert r.exit_code == 2 and "usd_per_gpu_hour" in r.output, (bad, r.output)
+    r = _cli("predict", "--llm", LLM, "--gpu", "L4")
+    assert r.exit_code == 0 and "TTFT" in r.output and "end-to-end latency" in r.output and "-bound" in r.output
+
+
+def test_docs_json_md_names_every_key(pred: Predictor) -> None:
+    """docs/json.md documents every key predict and rank print (the new ones of issue 24 included)."""
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "json.md").read_text()
+    p = pred.predict("NVIDIA L4", LLM).to_dict()
+    r = rank(LLM, Workload(), gpus=["NVIDIA L4"], predictor=pred).to_dict()
+    keys = (set(p) | set(p["energy"]) | set(p["ttft_breakdown"]) | set(p["bound"]) | set(p["baselines"])
+            | set(r) | set(r["candidates"][0]))
+    assert not sorted(k for k in keys if f"`{k}`" not in doc)

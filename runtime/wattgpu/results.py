@@ -124,8 +124,12 @@ def utilization(cols: F.Columns, max_qps: Any, batch: Any, req_s: Any) -> Any:
     claimed a utilization of 4.6). Arrays or one row of floats (the scalar path)."""
     kind = cols["wl_kind_code"]
     loop = ops.minimum(batch / req_s, max_qps)
-    offered = ops.where(kind == SERVER_CODE, cols["wl_qps"], loop)
+    # an absurd arrival rate (1e308 req/s) is overloaded, not infinitely so: the ratio stops at MAX_UTILIZATION
+    offered = ops.minimum(ops.where(kind == SERVER_CODE, cols["wl_qps"], loop), max_qps * MAX_UTILIZATION)
     return ops.where(kind == OFFLINE_CODE, 1.0, offered / max_qps)
+
+
+MAX_UTILIZATION = 1e12  # the largest utilization reported (an overloaded server far beyond any real load)
 
 
 def prediction(bundle: ModelBundle, i: int, row: Row, cols: F.Columns, numbers: Mapping[str, np.ndarray],

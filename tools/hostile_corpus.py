@@ -266,7 +266,7 @@ def new_surface_cases(fx: dict[str, str]) -> list[Case]:
         cases.append(Case(f"cli predict --models {b}", argv=["predict", "--llm", LLM, "--gpu", "A30", "--models", path],
                           must_fail=True, expect=what, tags=damaged))
         if b.startswith(("m-", "fifo-", "zero-", "deep-", "trunc-feature", "trunc-specs")):
-            for argv in (["rank", "--llm", LLM, "--gpus", "A30,H100"], ["gpus"], ["llms"],
+            for argv in (["rank", "--llm", LLM, "--gpus", "A30,H100 SXM"], ["gpus"], ["llms"],
                          ["rank", "--llm", LLM, "--gpus", "A30", "--qps", "20", "--replicas", "auto"],
                          ["predict", "--input", fx["ok.csv"], "--output", out_csv],
                          ["predict", "--input", fx["ok.csv"], "--output", out_csv, "--on-error", "stop"]):
@@ -291,12 +291,12 @@ def new_surface_cases(fx: dict[str, str]) -> list[Case]:
                               must_fail=True, expect=("UTF-32",)))
             continue
         must = f.stem not in ("mamba-mlp",)
-        cases.append(Case(f"llm config {f.name}", run=lambda q=str(f): wattgpu.predict("H100", q), must_fail=must,
+        cases.append(Case(f"llm config {f.name}", run=lambda q=str(f): wattgpu.predict("H100 SXM", q), must_fail=must,
                           expect=cfg_expect))
-        cases.append(Case(f"cli --llm {f.name}", argv=["predict", "--llm", str(f), "--gpu", "H100"], must_fail=must,
+        cases.append(Case(f"cli --llm {f.name}", argv=["predict", "--llm", str(f), "--gpu", "H100 SXM"], must_fail=must,
                           expect=cfg_expect))
     # tensor parallelism: degrees × GPUs (catalog and what-if slow links) × workloads
-    tp_gpus = ["A30", "H100", "GB200", "RTX A6000", *(str(p) for p in sorted((d / "gpus").iterdir()))]
+    tp_gpus = ["A30", "H100 SXM", "GB200", "RTX A6000", *(str(p) for p in sorted((d / "gpus").iterdir()))]
     for g in tp_gpus:
         for tp in (1, 2, 3, 4, 8, 64, 1024):
             for wl in ({}, {"kind": "server", "qps": 5.0}, {"kind": "closed_loop", "concurrency": 65536}):
@@ -307,7 +307,7 @@ def new_surface_cases(fx: dict[str, str]) -> list[Case]:
                           run=lambda g=g: rank("deepseek-ai/DeepSeek-R1-0528", gpus=[g], tp="auto"),
                           expect=("tp", "fit", "GPU")))
     # fleets: replicas × rates × GPUs (the fixed point, throughput ≤ batch ÷ ITL, capacity)
-    for llm, gpus, tp in ((LLM, ["RTX A6000", "A30", "H100", "A10", "L4"], 1),
+    for llm, gpus, tp in ((LLM, ["RTX A6000", "A30", "H100 SXM", "A10", "L4"], 1),
                           ("meta-llama/Llama-3.1-8B-Instruct", ["RTX A6000"], 1),
                           ("deepseek-ai/DeepSeek-R1-0528", ["GB200", "GB300"], 4)):
         for qps in (1e-9, 0.3, 5.0, 20.0, 1000.0, 1e6):
@@ -324,7 +324,7 @@ def new_surface_cases(fx: dict[str, str]) -> list[Case]:
                                                                  "--replicas", reps], expect=("replicas",)))
     # extreme workloads through predict, rank and the CSV batch
     for qps in ("1e-320", "5e-324", "1e-300", "1e-10", "1e-9", "1e300", "1.7976931348623157e308"):
-        for argv in (["predict", "--gpu", "A30"], ["rank", "--gpus", "A30,H100"],
+        for argv in (["predict", "--gpu", "A30"], ["rank", "--gpus", "A30,H100 SXM"],
                      ["rank", "--gpus", "A30", "--replicas", "auto"], ["rank", "--gpus", "A30", "--replicas", "3"]):
             cases.append(Case(f"cli {argv[0]} {' '.join(argv[3:])} --qps {qps}",
                               argv=[*argv, "--llm", LLM, "--workload", "server", "--qps", qps],
@@ -334,10 +334,10 @@ def new_surface_cases(fx: dict[str, str]) -> list[Case]:
     for conc in (1, 65536, 4096.5):
         for mb in (1, 16, 65536):
             cases.append(Case(f"closed loop {conc} clients, max_batch {mb}",
-                              run=lambda c=conc, b=mb: wattgpu.predict("H100", LLM, kind="closed_loop", concurrency=c,
+                              run=lambda c=conc, b=mb: wattgpu.predict("H100 SXM", LLM, kind="closed_loop", concurrency=c,
                                                                         max_batch=b), expect=("concurrency",)))
     for it, ot in ((1, 1), (1_048_576, 1), (1, 1_048_576), (1_048_576, 1_048_576)):
-        cases.append(Case(f"tokens {it}->{ot}", run=lambda i=it, o=ot: wattgpu.predict("H100", LLM, input_tokens=i,
+        cases.append(Case(f"tokens {it}->{ot}", run=lambda i=it, o=ot: wattgpu.predict("H100 SXM", LLM, input_tokens=i,
                                                                                    output_tokens=o),
                           expect=("input_tokens", "output_tokens", "fit", "context")))
     cases.append(Case("csv extreme.csv", run=lambda: _csv_sane(fx["extreme.csv"], out_csv)))

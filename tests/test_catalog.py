@@ -26,7 +26,7 @@ def test_specs_json_is_what_the_builder_writes(tmp_path) -> None:
 
     out = tmp_path / "specs.json"
     write_specs(out, REPO / "data/catalog", REPO / "data/paper")
-    assert out.read_bytes() == (REPO / "specs.json").read_bytes(), "run `wattgpu-train build-specs`"
+    assert out.read_bytes() == (REPO / "specs.json").read_bytes(), "run `wattgpu-train sync-catalog`"
 
 
 def test_every_gpu_and_llm_of_the_tables_is_in_the_catalog(specs: dict) -> None:

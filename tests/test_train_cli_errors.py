@@ -36,7 +36,7 @@ def test_output_that_is_not_a_directory_is_refused_before_training(tmp_path) -> 
 
 
 def test_missing_catalog_tables_are_one_line(tmp_path) -> None:
-    r = _run("build-specs", "--catalog-dir", str(tmp_path / "nope"), "--paper-dir", str(tmp_path / "nope"),
-             "--out", str(tmp_path / "s.json"))
+    r = _run("sync-catalog", "--catalog-dir", str(tmp_path / "nope"), "--paper-dir", str(tmp_path / "nope"),
+             "--specs", str(tmp_path / "s.json"), "--models", str(tmp_path / "m"), "--no-golden")
     assert r.exit_code == 2 and r.stderr.startswith("error: ") and r.stderr.count("\n") == 1, r.stderr
     assert "No such file or directory" in r.stderr

@@ -175,7 +175,7 @@ def test_wheel_installs_and_predicts_in_a_fresh_venv(tmp_path: Path, built: Path
         r = subprocess.run([str(bin_dir / "wattgpu"), *args], capture_output=True, text=True, timeout=120,
                            cwd=tmp_path, env=run_env)
         assert r.returncode == 0, (args, r.stderr[-2000:])
-    for args in (["--help"], ["fit"], ["evaluate", "--quick"], ["build-specs"]):
+    for args in (["--help"], ["fit"], ["evaluate", "--quick"], ["sync-catalog"]):
         r = subprocess.run([str(bin_dir / "wattgpu-train"), *args], capture_output=True, text=True, timeout=120,
                            cwd=tmp_path, env=run_env)
         assert r.returncode == 2, (args, r.stdout, r.stderr)

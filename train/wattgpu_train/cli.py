@@ -81,15 +81,6 @@ class _OneLineErrors(click.Group):
 def main() -> None:
     """Train, export and evaluate WattGPU models (needs `pip install "wattgpu[train]"`)."""
 
-@main.command("build-specs")
-@click.option("--catalog-dir", type=click.Path(path_type=Path), default=DEFAULT_DATA / "catalog", show_default=True)
-@click.option("--paper-dir", type=click.Path(path_type=Path), default=DEFAULT_DATA / "paper", show_default=True)
-@click.option("--out", type=click.Path(path_type=Path), default=DEFAULT_SPECS, show_default=True)
-def build_specs_cmd(catalog_dir: Path, paper_dir: Path, out: Path) -> None:
-    """Write specs.json from the spec tables in data/."""
-    data = _pipeline().build_specs(catalog_dir, paper_dir, out)
-    click.echo(f"wrote {out}: {len(data['gpus'])} GPUs, {len(data['llms'])} LLMs (catalog {data['catalog_version']})")
-
 @main.command("sync-catalog")
 @click.option("--catalog-dir", type=click.Path(path_type=Path), default=DEFAULT_DATA / "catalog", show_default=True)
 @click.option("--paper-dir", type=click.Path(path_type=Path), default=DEFAULT_DATA / "paper", show_default=True)

@@ -15,7 +15,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from wattgpu.calibration import Runs, fit
+from wattgpu.calibration import SHRINK, Runs, fit
 from wattgpu.specs import Catalog
 from wattgpu.targets import TARGETS
 
@@ -64,7 +64,8 @@ def _mdape(y: np.ndarray, p: np.ndarray) -> float:
     return metrics.mdape(y, p) if len(y) else float("nan")
 
 
-def group_scores(ds: Dataset, target: str, pred: np.ndarray, idx: np.ndarray, ks: tuple[int, ...]) -> dict[str, Any]:
+def group_scores(ds: Dataset, target: str, pred: np.ndarray, idx: np.ndarray, ks: tuple[int, ...],
+                 shrink: float = SHRINK) -> dict[str, Any]:
     """Before/after MdAPE on group ``idx``'s rows outside each k's calibration rows: all of them
     (``all``), and those of the calibration runs' source (``same_source``: the user's own stack)."""
     y = ds.y_physical(target)
@@ -73,12 +74,14 @@ def group_scores(ds: Dataset, target: str, pred: np.ndarray, idx: np.ndarray, ks
     for k in ks:
         cal_rows = calibration_rows(ds.records, idx, k)
         rest = np.setdiff1d(idx, cal_rows)
-        cal = fit(runs_of(ds, target, pred, cal_rows))
+        cal = fit(runs_of(ds, target, pred, cal_rows), shrink=shrink)
         fixed = np.asarray(cal.apply({target: pred[rest]}, {c: v[rest] for c, v in ds.cols.items()})[target])
         f = cal.targets.get(target)
         entry: dict[str, Any] = {"k_used": int(len(cal_rows)), "llm": str(ds.records["llm"].iloc[cal_rows[0]]),
                                  "source": str(source[cal_rows[0]]), "runs_fitted": 0 if f is None else f.runs,
-                                 "stack_factor": None if f is None else float(np.exp(f.stack))}
+                                 "parameters": None if f is None else dict(f.gpu.get(str(ds.triples[cal_rows[0]][0].name), {})),
+                                 "loro": None if f is None or not f.loro else
+                                 next(iter(f.loro.values())).note}
         for name, keep in (("all", np.ones(len(rest), dtype=bool)), ("same_source", source[rest] == source[cal_rows[0]])):
             entry[name] = {"rest": int(keep.sum()), "mdape_before": _mdape(y[rest][keep], pred[rest][keep]),
                            "mdape_after": _mdape(y[rest][keep], fixed[keep]), "y": y[rest][keep].tolist(),
@@ -87,35 +90,63 @@ def group_scores(ds: Dataset, target: str, pred: np.ndarray, idx: np.ndarray, ks
     return out
 
 
+SHRINK_GRID = (0.5, 1.0, 2.0)  # prior scale multipliers tried; one is chosen for every GPU and split alike
+
+
 def kshot(records: pd.DataFrame, catalog: Catalog, recipe: Recipe = DEFAULT, ks: tuple[int, ...] = KS, n_jobs: int = 2,
           preds: dict[str, dict[str, np.ndarray]] | None = None,
-          log: Callable[[str], None] | None = None) -> dict[str, Any]:
+          log: Callable[[str], None] | None = None, shrink_grid: tuple[float, ...] = SHRINK_GRID) -> dict[str, Any]:
     """The k-shot scoreboard (JSON-ready). ``preds[target][split]``: out-of-fold predictions of the
     single-GPU rows to reuse (from the full evaluate); else each split's folds are fitted here with
-    ``recipe``'s first candidate (no nested selection)."""
+    ``recipe``'s first candidate (no nested selection). The tables use the runtime's ``SHRINK``; every
+    value of ``shrink_grid`` is scored too (``shrink``), so the reader sees how the constant was chosen."""
     log = log or (lambda s: None)
     t0 = time.perf_counter()
     out: dict[str, Any] = {"rule": RULE, "ks": list(ks), "targets_pct": {f"{s} {t}": v for (s, t), v in TARGETS_PCT.items()},
                            "predictions": "reused from the full evaluate (nested selection)" if preds else
                            f"out-of-fold, {recipe.name if hasattr(recipe, 'name') else 'default'} recipe's first "
-                           "candidate per target (no nested selection)"}
+                           "candidate per target (no nested selection)", "shrink": SHRINK}
+    data: dict[str, tuple[Dataset, dict[str, np.ndarray]]] = {}
     for target in TARGETS:
         full = build_dataset(records, catalog, target)
         one = np.asarray(full.cols["wl_tp"]) == 1
         ds = full.subset(one)
-        out[target] = {}
-        for split, col in KSHOT_SPLITS.items():
+        by_split = {}
+        for split in KSHOT_SPLITS:
             if preds is not None:
-                pred = preds[target][split]
+                by_split[split] = preds[target][split]
             else:
                 log(f"k-shot {target} {split}: fitting out-of-fold models")
-                pred = oof_predictions(recipe.model(target), full, make_folds(full.records, split), n_jobs=n_jobs)[one]
-            groups = {}
-            for g in sorted(ds.records[col].unique()):
-                idx = np.flatnonzero((ds.records[col] == g).to_numpy() & np.isfinite(pred))
-                if len(idx) >= 2:
-                    groups[g] = group_scores(ds, target, pred, idx, ks)
-            out[target][split] = {"groups": groups, "summary": summarize(groups, ks)}
+                by_split[split] = oof_predictions(recipe.model(target), full, make_folds(full.records, split),
+                                                  n_jobs=n_jobs)[one]
+        data[target] = (ds, by_split)
+    out["fit_s"] = round(time.perf_counter() - t0, 1)
+
+    def tables(shrink: float) -> dict[str, Any]:
+        res: dict[str, Any] = {}
+        for target, (ds, by_split) in data.items():
+            res[target] = {}
+            for split, col in KSHOT_SPLITS.items():
+                pred = by_split[split]
+                groups = {}
+                for g in sorted(ds.records[col].unique()):
+                    idx = np.flatnonzero((ds.records[col] == g).to_numpy() & np.isfinite(pred))
+                    if len(idx) >= 2:
+                        groups[g] = group_scores(ds, target, pred, idx, ks, shrink)
+                res[target][split] = {"groups": groups, "summary": summarize(groups, ks)}
+        return res
+
+    grid = {}
+    for shrink in sorted(set(shrink_grid) | {SHRINK}):
+        log(f"k-shot: scoring shrink {shrink:g}")
+        t = tables(shrink)
+        if shrink == SHRINK:
+            out.update(t)
+        grid[f"{shrink:g}"] = {f"{split} {target} k={k}": {
+            "mdape_after": t[target][split]["summary"]["all"][str(k)]["mdape_after"],
+            "groups_worse": len(t[target][split]["summary"]["all"][str(k)]["groups_worse"])}
+            for target in TARGETS for split in KSHOT_SPLITS for k in ks}
+    out["shrink_grid"] = grid
     out["runtime_s"] = round(time.perf_counter() - t0, 1)
     return _strip(out)
 

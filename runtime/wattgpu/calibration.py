@@ -59,9 +59,10 @@ TAU = {POWER: {"offset": 0.8, "slope": 0.25}, ITL: {"overhead": 0.5, "bandwidth"
 BOUNDS = {POWER: {"offset": (-5.0, 5.0), "slope": (-0.5, 1.0)}, ITL: {"overhead": (-4.0, 4.0), "bandwidth": (-0.6, 3.0)},
           TTFT: {"overhead": (-0.9, 50.0)}}
 # a run's relative noise: the grouped-CV MdAPE of reports/accuracy.md (power 8.8 %, ITL 10.8 %) / 0.6745
+TAU_LLM = {POWER: 0.5, ITL: 0.25, TTFT: 0.3}  # spread of one LLM's own error around the GPU's (not applied)
 SIGMA0 = {POWER: 0.13, ITL: 0.16, TTFT: 0.3}  # TTFT: no cross-validated figure; a wide guess
 NU0 = 3.0  # prior weight (pseudo-runs) of σ₀ and of the bundle's interval width
-SHRINK = 1.0  # prior scale multiplier: chosen across GPUs by the k-shot evaluation (kshot.SHRINK_GRID)
+SHRINK = 0.5  # prior scale multiplier: chosen across GPUs and splits by the k-shot evaluation (kshot.SHRINK_GRID)
 U_EPS = 1e-6
 BATCH_MARGIN = math.log(2.0)  # the power slope extrapolates at most a factor 2 beyond the runs' batches
 Z90 = 1.2815515655446004  # standard normal 0.9 quantile (80 % two-sided)
@@ -335,30 +336,45 @@ def model_value(target: str, raw: np.ndarray, p: Mapping[str, float], cols: Mapp
     return idle + busy * np.maximum(busy_w - idle, 0.0)
 
 
-def fit_params(target: str, names: Sequence[str], y: np.ndarray, value: Callable[[dict[str, float]], np.ndarray],
-               shrink: float = SHRINK, iters: int = 25) -> tuple[dict[str, float], float]:
+def fit_params(target: str, names: Sequence[str], y: np.ndarray, value: Callable[[dict[str, Any]], np.ndarray],
+               shrink: float = SHRINK, iters: int = 25, clusters: Sequence[str] | None = None
+               ) -> tuple[dict[str, float], float]:
     """MAP parameters ``names`` of ``target`` (the others 0) for measurements ``y`` given the calibrated
-    prediction ``value(params)``; and the noise σ (prior σ₀ with NU0 pseudo-runs + the fit's scatter)."""
+    prediction ``value(params)``; and the noise σ (prior σ₀ with NU0 pseudo-runs + the fit's scatter).
+
+    ``clusters``: each run's LLM. An LLM-level effect on the first (level) parameter, prior
+    ``TAU_LLM``, is fitted beside it and never applied: runs of one LLM cannot pass that LLM's own
+    error off as the GPU's (with one LLM the level moves by at most τ²/(τ² + τ_llm²) of the evidence)."""
     n = len(y)
     if n == 0 or not names:
         return {}, SIGMA0[target]
-    tau = np.array([TAU[target][k] * shrink for k in names])
-    lo = np.array([BOUNDS[target][k][0] for k in names])
-    hi = np.array([BOUNDS[target][k][1] for k in names])
+    k = len(names)
+    cl = np.zeros(n, dtype=np.intp)
+    n_cl = 0
+    if clusters is not None:
+        uniq = sorted(set(clusters))
+        cl = np.array([uniq.index(c) for c in clusters], dtype=np.intp)
+        n_cl = len(uniq)
+    tau = np.array([TAU[target][p] * shrink for p in names] + [TAU_LLM[target]] * n_cl)
+    lo = np.array([BOUNDS[target][p][0] for p in names] + [-np.inf] * n_cl)
+    hi = np.array([BOUNDS[target][p][1] for p in names] + [np.inf] * n_cl)
     ly = np.log(y)
     sigma = SIGMA0[target]
-    theta = np.zeros(len(names))
+    theta = np.zeros(k + n_cl)
 
     def resid(th: np.ndarray) -> np.ndarray:
+        p: dict[str, Any] = dict(zip(names, th[:k].tolist()))
+        if n_cl:
+            p[names[0]] = th[0] + th[k:][cl]
         with np.errstate(all="ignore"):
-            return ly - np.log(value(dict(zip(names, th.tolist()))))
+            return ly - np.log(value(p))
 
     for _ in range(2):  # σ from the prior, then updated with the fit's own scatter
         for _ in range(iters):
             r = resid(theta)
-            J = np.empty((n, len(names)))
-            for j in range(len(names)):
-                d = np.zeros(len(names))
+            J = np.empty((n, k + n_cl))
+            for j in range(k + n_cl):
+                d = np.zeros(k + n_cl)
                 d[j] = 1e-5
                 J[:, j] = -(resid(theta + d) - r) / 1e-5
             A = J.T @ J / sigma ** 2 + np.diag(1.0 / tau ** 2)
@@ -373,7 +389,7 @@ def fit_params(target: str, names: Sequence[str], y: np.ndarray, value: Callable
             theta = new
         rss = float(np.sum(resid(theta) ** 2))
         sigma = math.sqrt((NU0 * SIGMA0[target] ** 2 + rss) / (NU0 + n))
-    return {k: _round6(v) for k, v in zip(names, theta.tolist())}, _round6(sigma)
+    return {p: _round6(v) for p, v in zip(names, theta[:k].tolist())}, _round6(sigma)
 
 
 def _mdape(y: np.ndarray, p: np.ndarray) -> float | None:
@@ -387,8 +403,8 @@ def _at_rows(value: Callable[[dict[str, float], np.ndarray], np.ndarray], rows: 
 
 
 def loro_select(target: str, y: np.ndarray, before: np.ndarray,
-                value: Callable[[dict[str, float], np.ndarray], np.ndarray], shrink: float = SHRINK
-                ) -> tuple[tuple[str, ...], Loro]:
+                value: Callable[[dict[str, float], np.ndarray], np.ndarray], shrink: float = SHRINK,
+                clusters: Sequence[str] | None = None) -> tuple[tuple[str, ...], Loro]:
     """The parameter set kept for one GPU's runs by leave-one-run-out (``value(params, rows)``)."""
     n = len(y)
     full = PARAMS[target]
@@ -402,7 +418,8 @@ def loro_select(target: str, y: np.ndarray, before: np.ndarray,
         held = np.empty(n)
         for i in range(n):
             rest = np.flatnonzero(np.arange(n) != i)
-            p, _ = fit_params(target, cand, y[rest], partial(_at_rows, value, rest), shrink)
+            p, _ = fit_params(target, cand, y[rest], partial(_at_rows, value, rest), shrink,
+                              clusters=None if clusters is None else [clusters[int(j)] for j in rest])
             held[i] = value(p, np.array([i]))[0]
         scores.append((_mdape(y, held) or 0.0, len(cand), cand))
     best = min(scores, key=lambda s: (round(s[0], 6), s[1]))
@@ -428,6 +445,7 @@ def fit_ttft(runs: Runs, shrink: float = SHRINK) -> dict[str, tuple[dict[str, fl
     if y is None or pred is None:
         return out
     g_arr = np.asarray(runs.gpus, dtype=object)
+    llm_of = [str(t[1].name) for t in runs.triples]
     for name in sorted(set(runs.gpus)):
         idx = np.flatnonzero((g_arr == name) & np.isfinite(y) & np.isfinite(pred) & (y > 0) & (pred > 0))
         if not idx.size:
@@ -438,9 +456,10 @@ def fit_ttft(runs: Runs, shrink: float = SHRINK) -> dict[str, tuple[dict[str, fl
             base = pred[idx[rows]]
             return np.maximum(base + p.get("overhead", 0.0) * scale, 0.5 * base)
 
-        kept, loro = loro_select(TTFT, y[idx], pred[idx], ttft_value, shrink)
+        llms = [llm_of[i] for i in idx]
+        kept, loro = loro_select(TTFT, y[idx], pred[idx], ttft_value, shrink, llms)
         rows = np.arange(idx.size)
-        p, _ = fit_params(TTFT, kept, y[idx], partial(_at_rows, ttft_value, rows), shrink)
+        p, _ = fit_params(TTFT, kept, y[idx], partial(_at_rows, ttft_value, rows), shrink, clusters=llms)
         out[name] = ({"overhead_s": _round(p.get("overhead", 0.0) * scale)}, loro)
     return out
 
@@ -483,6 +502,7 @@ def fit(runs: Runs, factors_80: Mapping[str, float] | None = None, apply_to_othe
                             _round6(float(np.mean(lnb[m]))), (_round6(float(lnb[m].min())), _round6(float(lnb[m].max()))))
     cal0 = Calibration(runs=len(runs.gpus), gpus=gpus, targets={}, apply_to_other_gpus=apply_to_other_gpus)
     busy = runs.busy_of()
+    llm_of = [str(tr[1].name) for tr in runs.triples]
     targets: dict[str, TargetFit] = {}
     for t in TARGETS:
         y = runs.measured.get(t)
@@ -508,11 +528,13 @@ def fit(runs: Runs, factors_80: Mapping[str, float] | None = None, apply_to_othe
                 return model_value(t, raw[sel], p, c, dlnb, busy[sel])
 
             if check:
-                kept, loro[name] = loro_select(t, y[idx], runs.predicted[t][idx], value, shrink)
+                kept, loro[name] = loro_select(t, y[idx], runs.predicted[t][idx], value, shrink,
+                                               [llm_of[i] for i in idx])
             else:
                 kept = PARAMS[t]
             all_rows = np.arange(idx.size)
-            p, sigma = fit_params(t, kept, y[idx], partial(_at_rows, value, all_rows), shrink)
+            p, sigma = fit_params(t, kept, y[idx], partial(_at_rows, value, all_rows), shrink,
+                                  clusters=[llm_of[i] for i in idx])
             per_gpu[name] = p
             sigmas.append(sigma)
             cal[idx] = value(p, all_rows)
@@ -522,7 +544,8 @@ def fit(runs: Runs, factors_80: Mapping[str, float] | None = None, apply_to_othe
             c = {k: runs.cols[k][idx] for k in ("gpu_tdp_w", "idle_power_w", "roofline_itl_s", "eff_batch")}
             level = PARAMS[t][:1] if t == POWER else PARAMS[t]
             other, _ = fit_params(t, level, y[idx], lambda q: model_value(t, raw[idx], q, c, np.zeros(idx.size),
-                                                                          busy[idx]), shrink)
+                                                                          busy[idx]), shrink,
+                                  clusters=[llm_of[i] for i in idx])
         ok = np.isfinite(cal)
         scales = interval_scales(g_arr[ok].tolist(), y[ok], cal[ok], (factors_80 or {}).get(t))
         targets[t] = TargetFit(int(ok.sum()), per_gpu, other, _round6(max(sigmas) if sigmas else SIGMA0[t]), scales, loro)

@@ -79,7 +79,7 @@ def test_scattered_runs_move_less_than_consistent_ones():
 
 
 @pytest.mark.parametrize("offset", [-5.0, -0.5, 0.0, 0.5, 5.0])
-@pytest.mark.parametrize("slope", [-0.5, 0.0, 1.0])
+@pytest.mark.parametrize("slope", [0.0, 1.0])
 def test_the_power_map_stays_inside_idle_and_tdp(offset, slope):
     p = np.linspace(50, 450, 81)
     out = power_map(p, {"offset": offset, "slope": slope}, 60.0, 400.0, np.linspace(-3, 3, 81))
@@ -106,7 +106,7 @@ def _extreme_bundle(tmp: Path, gpu_name: str) -> Path:
     cal = Calibration(runs=3, gpus={spec.name: GpuCal(3, fingerprint(spec), 0.1 * spec.tdp_w, True, 2.0, (0.0, 4.0))},
                       targets={"itl": TargetFit(3, {spec.name: {"overhead": 4.0, "bandwidth": -0.6}}, {"overhead": -4.0},
                                                 0.1, {spec.name: 1.0}),
-                               "power": TargetFit(3, {spec.name: {"offset": 5.0, "slope": -0.5}}, {"offset": -5.0},
+                               "power": TargetFit(3, {spec.name: {"offset": -5.0, "slope": 1.0}}, {"offset": -5.0},
                                                   0.1, {spec.name: 1.0})}, apply_to_other_gpus=True)
     out = tmp / f"extreme_{gpu_name.replace(' ', '_')}"
     write_calibrated(base, cal, out)
@@ -114,7 +114,8 @@ def _extreme_bundle(tmp: Path, gpu_name: str) -> Path:
 
 
 def test_catalog_sweep_keeps_the_physical_bounds(tmp_path):
-    """Over every catalog GPU and a batch sweep: ITL ≥ the roofline floor, power ≤ TDP and ≥ idle."""
+    """Over every catalog GPU and a batch sweep: ITL ≥ the roofline floor, power ≤ TDP and ≥ idle, both
+    monotone in the batch (the uncalibrated models are: tests/test_physics_bounds.py)."""
     base = Predictor()
     cat = base.catalog
     for bundle in (_extreme_bundle(tmp_path, GPU), _extreme_bundle(tmp_path, "NVIDIA H100 SXM5 80GB")):
@@ -133,7 +134,8 @@ def test_catalog_sweep_keeps_the_physical_bounds(tmp_path):
                 assert np.all(new["itl_s"][ok] >= cols["roofline_itl_s"][ok] * (1 - 1e-12)), g.name
                 assert np.all(new["power_w"][ok] <= g.tdp_w * (1 + 1e-12)), g.name
                 assert np.all(new["power_w"][ok] >= cols["idle_power_w"][ok] - 1e-9), g.name
-                assert np.all(np.diff(new["itl_s"][ok]) >= -1e-12 * new["itl_s"][ok][1:]), (g.name, llm)
+                for key in ("itl_s", "power_w"):  # more load never means less time per step or less power
+                    assert np.all(np.diff(new[key][ok]) >= -1e-12 * new[key][ok][1:]), (g.name, llm, key)
         assert checked > 50
 
 

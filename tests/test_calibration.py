@@ -353,3 +353,24 @@ def test_interval_scale_follows_the_runs_scatter():
     loose = interval_scales(["A"] * 10, y, y * np.array([0.6, 1.6] * 5), half)["A"]
     assert tight < 1.0 < loose <= 2.0
     assert interval_scales(["A"], y[:1], y[:1] * 1.6, half)["A"] < loose  # one run weighs less than ten
+
+
+def test_a_format_2_calibration_is_refused_with_the_fix(calibrated, tmp_path):
+    """Format 2 held one factor per GPU; its section cannot be read as parameters: calibrate again."""
+    d = tmp_path / "old"
+    shutil.copytree(calibrated, d)
+    m = json.loads((d / SCHEMA_FILE).read_text())
+    m["schema_version"] = 2
+    (d / SCHEMA_FILE).write_text(json.dumps(m))
+    res = run_cli("predict", "--llm", LLM, "--gpu", GPU, "--models", str(d))
+    assert res.returncode == 3 and "calibrate again" in res.stderr and res.stderr.count("\n") == 1, res.stderr
+
+
+def test_a_section_with_parameters_out_of_bounds_is_refused(calibrated, tmp_path):
+    d = tmp_path / "b"
+    shutil.copytree(calibrated, d)
+    m = json.loads((d / SCHEMA_FILE).read_text())
+    m["calibration"]["targets"]["power"]["gpu"][GPU] = {"offset": 0.1, "slope": -0.4}
+    (d / SCHEMA_FILE).write_text(json.dumps(m))
+    res = run_cli("predict", "--llm", LLM, "--gpu", GPU, "--models", str(d))
+    assert res.returncode == 3 and "slope" in res.stderr and "outside" in res.stderr, res.stderr

@@ -1,33 +1,11 @@
-"""Calibration on a user's own runs: fit a correction in physical terms, per measured GPU, and apply it.
+"""Calibration on a user's own runs: a correction in physical terms per measured GPU, fitted and applied.
 
-Each measured GPU gets its own parameters, fitted on its own runs only (several GPUs in one file are
-calibrated separately); GPUs without runs are left unchanged unless the user asks to carry the pooled
-level terms to them (``apply_to_other_gpus``). The corrections keep the physics by construction:
-
-- power (``offset``, ``slope``): ``power' = idle + (TDP − idle)·σ(logit u + offset + slope·Δln b)``,
-  ``u = (power − idle)/(TDP − idle)`` the model's share of the idle→TDP range, ``Δln b`` the log of
-  the running batch relative to the GPU's runs (clipped to their range widened by ln 2, so the slope
-  never extrapolates far). Power stays strictly inside (idle, TDP). A measured idle power
-  (``idle_power_w`` column) replaces the catalog's idle in the calibrated bundle's catalog.
-- ITL (``overhead``, ``bandwidth``): ``itl' = floor + max(e^overhead·excess + bandwidth·floor,
-  EXCESS_MIN·floor)``, ``floor`` = the roofline step at the running batch (weights + KV read at peak
-  bandwidth, FLOPs, all-reduce), ``excess = itl − floor`` (the models' per-step overhead term).
-  ``e^overhead`` scales the per-step overhead; ``bandwidth`` adds (or removes) a share of the
-  memory-bound floor: the effective bandwidth becomes the model's ÷ (1 + bandwidth) share-wise.
-  ITL stays above the floor and monotone in the batch (``bandwidth > −1``).
-
-Fitting: maximum a posteriori in log-value space — each run's ``log(measured / calibrated)`` with
-noise σ, each parameter a normal prior centred on 0 (the uncalibrated model) with scale
-``SHRINK × TAU``; σ starts at the models' cross-validated noise and grows with the scatter of the
-runs after the fit, so few runs or runs that disagree move the parameters less. ``SHRINK`` is one
-constant, chosen across GPUs in the k-shot evaluation (reports/calibration.md), never per split.
-
-Leave-one-run-out: per GPU and quantity, each run is predicted by a fit on the others, for the full
-parameter set, the first parameter alone, and none; the set with the lowest held-out median error
-is kept (ties: fewer parameters), so a quantity whose calibration makes held-out runs worse is left
-uncalibrated, and the output says so. The formulas and the constants' origin: docs/calibration.md.
-Runtime only (numpy); the manifest section (``calibration``, bundle format 3) is checked by
-:func:`read_section`.
+Power: offset + log-batch slope in the logit of the idle→TDP share; ITL: per-step overhead (e^overhead
+× the time above the roofline floor) + bandwidth (a share of the floor); both inside the physical bounds
+for any parameters. MAP fit shrunk toward the uncalibrated model (``SHRINK``, chosen by the k-shot
+evaluation), an unapplied LLM level, parameters kept by leave-one-run-out. GPUs without runs change only
+with ``apply_to_other_gpus``. Formulas and constants: docs/calibration.md. Runtime only (numpy); the
+manifest section (bundle format 3) is checked by :func:`read_section`.
 """
 from __future__ import annotations
 
@@ -51,18 +29,13 @@ if TYPE_CHECKING:
 
 TTFT = "ttft"  # time to first token: an overhead term, checked by leave-one-run-out and reported
 PARAMS = {POWER: ("offset", "slope"), ITL: ("overhead", "bandwidth"), TTFT: ("overhead",)}
-# Prior scales (before SHRINK): power offset in logit units (≈ 3× a log power ratio mid-range), its
-# slope per e-fold of batch; ITL overhead as a log factor of the time above the floor, bandwidth as a
-# share of the floor.
-# TTFT overhead: in units of the GPU's median predicted TTFT.
+# prior scales (× SHRINK), bounds, noise: table and origin in docs/calibration.md
 TAU = {POWER: {"offset": 0.8, "slope": 0.25}, ITL: {"overhead": 0.5, "bandwidth": 0.3}, TTFT: {"overhead": 0.5}}
-# slope ≥ 0: the shipped models' power flattens at large batches, so any negative slope would make more
-# load draw less power on nearly every GPU (a sweep of the catalog found 100 of 110 GPU × LLM pairs).
+# slope ≥ 0: a negative one made more load draw less power (docs/calibration.md)
 BOUNDS = {POWER: {"offset": (-5.0, 5.0), "slope": (0.0, 1.0)}, ITL: {"overhead": (-4.0, 4.0), "bandwidth": (-0.6, 3.0)},
           TTFT: {"overhead": (-0.9, 50.0)}}
-# a run's relative noise: the grouped-CV MdAPE of reports/accuracy.md (power 8.8 %, ITL 10.8 %) / 0.6745
-TAU_LLM = {POWER: 0.5, ITL: 0.25, TTFT: 0.3}  # spread of one LLM's own error around the GPU's (not applied)
-SIGMA0 = {POWER: 0.13, ITL: 0.16, TTFT: 0.3}  # TTFT: no cross-validated figure; a wide guess
+TAU_LLM = {POWER: 0.5, ITL: 0.25, TTFT: 0.3}  # one LLM's own error around the GPU's (fitted, not applied)
+SIGMA0 = {POWER: 0.13, ITL: 0.16, TTFT: 0.3}
 NU0 = 3.0  # prior weight (pseudo-runs) of σ₀ and of the bundle's interval width
 SHRINK = 0.5  # prior scale multiplier: chosen across GPUs and splits by the k-shot evaluation (kshot.SHRINK_GRID)
 U_EPS = 1e-6
@@ -125,8 +98,7 @@ class Loro:
 
 @dataclass(frozen=True)
 class TargetFit:
-    """One quantity's correction: parameters per measured GPU, the pooled level terms for other GPUs
-    (zero unless asked), the fitted noise σ, interval scales and the leave-one-run-out check."""
+    """One quantity's correction: parameters per measured GPU, pooled level terms for other GPUs, σ, interval scales, LORO."""
 
     runs: int
     gpu: dict[str, dict[str, float]]
@@ -225,8 +197,7 @@ class Calibration:
 
     # ---- the correction on model outputs (arrays of a batch, or one row of floats)
     def apply(self, outputs: dict[str, Any], cols: Mapping[str, Any]) -> dict[str, Any]:
-        """Calibrated copies of the model outputs ``outputs`` (target → W or s/token) of rows ``cols``
-        (the columns the models were evaluated on: a server row's at its running batch)."""
+        """Calibrated copies of model outputs (target → W or s/token) of rows ``cols`` (a server's at its running batch)."""
         tdp = cols["gpu_tdp_w"]
         out = dict(outputs)
         if isinstance(tdp, np.ndarray):
@@ -304,11 +275,8 @@ def fingerprint(gpu: "GpuSpec") -> dict[str, float | None]:
 # ---- the runs
 @dataclass
 class Runs:
-    """Measured runs resolved against a bundle, per run: its GPU, the columns the models are evaluated
-    on (a server run's at its running batch), the raw model outputs there (``raw``; the idle floor
-    already the measured one where given), what the user was shown before calibration
-    (``predicted``), the measurements (NaN where not measured), and for server runs the share of
-    time busy (``busy``, 1 otherwise: mean power = idle + busy × (busy power − idle))."""
+    """Measured runs resolved against a bundle (see wattgpu.measured): columns at each run's running batch,
+    raw model outputs there, what the user saw before (``predicted``), measurements, a server's busy share."""
 
     triples: list[Any]
     gpus: list[str]
@@ -341,12 +309,8 @@ def model_value(target: str, raw: np.ndarray, p: Mapping[str, float], cols: Mapp
 def fit_params(target: str, names: Sequence[str], y: np.ndarray, value: Callable[[dict[str, Any]], np.ndarray],
                shrink: float = SHRINK, iters: int = 25, clusters: Sequence[str] | None = None
                ) -> tuple[dict[str, float], float]:
-    """MAP parameters ``names`` of ``target`` (the others 0) for measurements ``y`` given the calibrated
-    prediction ``value(params)``; and the noise σ (prior σ₀ with NU0 pseudo-runs + the fit's scatter).
-
-    ``clusters``: each run's LLM. An LLM-level effect on the first (level) parameter, prior
-    ``TAU_LLM``, is fitted beside it and never applied: runs of one LLM cannot pass that LLM's own
-    error off as the GPU's (with one LLM the level moves by at most τ²/(τ² + τ_llm²) of the evidence)."""
+    """MAP parameters ``names`` (the others 0) of runs ``y`` whose calibrated prediction is ``value(params)``,
+    and σ; ``clusters`` (each run's LLM): an unapplied LLM level on the first parameter (docs/calibration.md)."""
     n = len(y)
     if n == 0 or not names:
         return {}, SIGMA0[target]
@@ -439,9 +403,7 @@ def loro_select(target: str, y: np.ndarray, before: np.ndarray,
 
 
 def fit_ttft(runs: Runs, shrink: float = SHRINK) -> dict[str, tuple[dict[str, float], Loro]]:
-    """Per measured GPU with TTFT runs: the overhead term ``ttft' = ttft + overhead × median predicted
-    TTFT`` (never below half the prediction) and its leave-one-run-out check. Reported by ``wattgpu
-    calibrate``; the bundle does not apply it (TTFT is computed by the serving path)."""
+    """Per measured GPU: the TTFT overhead term (× the GPU's median predicted TTFT) and its LORO check; reported only."""
     y, pred = runs.measured.get(TTFT), runs.predicted.get(TTFT)
     out: dict[str, tuple[dict[str, float], Loro]] = {}
     if y is None or pred is None:
@@ -486,8 +448,7 @@ def interval_scales(gpus: Sequence[str], measured: np.ndarray, calibrated: np.nd
 
 def fit(runs: Runs, factors_80: Mapping[str, float] | None = None, apply_to_other_gpus: bool = False,
         shrink: float = SHRINK, check: bool = True) -> Calibration:
-    """The calibration of ``runs`` (``factors_80``: target → the bundle's 80 % log half-width;
-    ``check``: choose each GPU's parameters by leave-one-run-out, else keep the full set)."""
+    """The calibration of ``runs`` (``factors_80``: target → the bundle's 80 % log half-width; ``check``: LORO)."""
     g_arr = np.asarray(runs.gpus, dtype=object)
     lnb = np.log(np.maximum(np.asarray(runs.cols["eff_batch"], float), 1.0))
     gpus: dict[str, GpuCal] = {}
@@ -655,8 +616,7 @@ def of(bundle: "ModelBundle") -> Calibration | None:
 
 
 def write_calibrated(base: "ModelBundle", cal: Calibration, out_dir: "Path") -> dict[str, Any]:
-    """Write ``base`` plus ``cal`` as a complete bundle in ``out_dir``: the same model files (hashes
-    checked on reading), the catalog with measured idle powers, a manifest with the section. Returns it."""
+    """Write ``base`` + ``cal`` as a bundle in ``out_dir`` (same model files, catalog with measured idle powers)."""
     from .bundle import rewrite_bundle
 
     doc = base.catalog_document()

@@ -603,9 +603,8 @@ def _print_calibration(cal: Any, runs: Any, out_dir: str) -> None:
     idle = [f"{n} {g.idle_power_w:g} W" for n, g in sorted(cal.gpus.items()) if g.idle_measured]
     if idle:
         click.echo("measured idle power replaces the catalog's: " + ", ".join(idle))
-    click.echo("LORO: median |error| over your runs, each predicted by a fit on the others (before: the "
-               "uncalibrated prediction). power: offset and slope move the logit of the idle→TDP share; ITL: "
-               "overhead scales the time above the roofline floor (e^overhead), bandwidth adds that share of the floor.")
+    click.echo("LORO: median |error| of your runs, each predicted by a fit on the others (before: uncalibrated); "
+               "parameters: docs/calibration.md")
     click.echo(f"wrote {out_dir}: use it with `wattgpu predict --models {out_dir}` or WATTGPU_MODELS={out_dir}")
 
 

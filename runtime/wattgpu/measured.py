@@ -60,8 +60,7 @@ def runs_from_csv(path: str, predictor: Any, defaults: Workload | None = None) -
 
 def runs_from_rows(rows: Iterable[tuple[int, dict[str, str], str | None]], origin: str, predictor: Any,
                    defaults: Workload | None = None) -> Runs:
-    """Measured runs from CSV-like rows ``(line, cells, structural problem)``; the first bad row raises
-    a WattGPUError naming ``origin``, its line, the column and the likely unit mistake (:func:`check_run`)."""
+    """Measured runs from CSV-like rows; the first bad row raises naming origin, line, column and likely mistake."""
     triples, measured, lines = [], [], []
     for line, row, triple in _resolve_stream(iter(rows), defaults, predictor):
         if isinstance(triple, WattGPUError):
@@ -115,10 +114,7 @@ TTFT_RATIO_MAX = 20.0
 
 
 def check_run(gpu: Any, wl: Workload, v: dict[str, Any], p: Any, floor_s: float, batch: float) -> str | None:
-    """Why a run cannot be used (a one-line reason naming the likely mistake), or None.
-
-    Compared with the run's own workload: ITL with the roofline floor at the batch the run implies (a
-    server's running batch from its request rate), power with the GPU's idle power and TDP."""
+    """Why a run cannot be used (one line naming the likely mistake), or None; ITL against the floor at its running batch."""
     itl, power, idle, ttft = v["itl_s"], v["power_w"], v["idle_power_w"], v["ttft_s"]
     if itl is not None:
         if itl > ITL_RATIO_MAX * p.itl_s:
@@ -126,9 +122,8 @@ def check_run(gpu: Any, wl: Workload, v: dict[str, Any], p: Any, floor_s: float,
                     f"milliseconds typed as seconds? itl_s is in seconds ({itl:g} ms = {itl / 1e3:g} s)")
         if itl < floor_s:
             return (f"itl_s = {itl:g} s/token is below the floor of this {wl.kind} run on {gpu.name} "
-                    f"({floor_s * 1e3:.3g} ms: reading the weights and KV cache at peak bandwidth at its running batch "
-                    f"{batch:.3g}): is it the GPU's time per token (1 / throughput) rather than one sequence's, "
-                    "or the wrong llm, gpu, tp or dtype?")
+                    f"({floor_s * 1e3:.3g} ms, the roofline step at its running batch {batch:.3g}): is it 1 / throughput "
+                    "rather than one sequence's ITL, or the wrong llm, gpu, tp or dtype?")
     if idle is not None:
         anchor, where = idle, "given in idle_power_w"
     elif gpu.idle_power_w is not None:
@@ -144,8 +139,7 @@ def check_run(gpu: Any, wl: Workload, v: dict[str, Any], p: Any, floor_s: float,
                     f"per GPU in watts (a tp group's total divided by tp; not mW)")
         if power < anchor:
             return (f"power_w = {power:g} W is below the idle power of {gpu.name} ({anchor:g} W, {where}): "
-                    "kW typed as W, a log of an idle window or of another GPU? If this GPU idles lower, "
-                    "give its idle power in an idle_power_w column")
+                    "kW typed as W, or a log of an idle window or another GPU? If it idles lower, give idle_power_w")
     if ttft is not None and p.ttft_s is not None and p.ttft_s > 0 and ttft > TTFT_RATIO_MAX * p.ttft_s:
         return (f"ttft_s = {ttft:g} s is {ttft / p.ttft_s:.0f}× the prediction ({p.ttft_s * 1e3:.3g} ms): "
                 "milliseconds typed as seconds?")
@@ -153,9 +147,7 @@ def check_run(gpu: Any, wl: Workload, v: dict[str, Any], p: Any, floor_s: float,
 
 
 def running_columns(triples: list[Any], preds: list[Any], idle_measured: np.ndarray, bundle: Any) -> dict[str, np.ndarray]:
-    """The columns the models are evaluated on for each run: a server run's at its running batch (the
-    busy batch its rate implies, as :mod:`wattgpu.server` evaluates it), every run with the GPU's measured
-    idle power where the runs give one (the calibrated bundle's catalog carries it)."""
+    """Each run's model columns: a server's at its running batch, with the runs' measured idle power where given."""
     cols = F.columns(triples)
     names = np.array([t[0].name for t in triples], dtype=object)
     idle = np.array(cols["gpu_idle_power_w"], dtype=np.float64, copy=True)

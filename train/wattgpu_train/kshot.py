@@ -37,12 +37,9 @@ HISTORY = (
     "the GPU's): LOGO power → 14.8 %, ITL → 19.4 %; LOSO power → 20.8 %, ITL → 25.5 %.",
     "Design 3: + delta-method weights: LOGO power 17.9 → 16.4 %, ITL 18.5 → 14.8 %; LOSO power 47.8 → 23.3 %, "
     "ITL 45.7 → 25.8 % (one factor per target, applied to every GPU).",
-    "Design 4 (current, issue 33): per measured GPU, two physical parameters per quantity (power: logit offset + "
-    "log-batch slope; ITL: per-step overhead + bandwidth share of the floor), MAP in log-value space with the "
-    "LLM level of design 2, parameters kept by leave-one-run-out. First run without the LLM level (prior scale 1): "
-    "LOGO power 17.9 → 13.5 %, ITL 18.5 → 18.2 %; LOSO (measured GPUs only) power 47.8 → 29.6 %, ITL 45.7 → 28.3 %. "
-    "With it, and LOSO carrying the pooled level terms to the source's other GPUs (--apply-to-other-gpus): the "
-    "table above, at the prior scale the grid below chose.",
+    "Design 4 (current, issue 33): per GPU, two physical parameters per quantity, MAP with the LLM level, kept by "
+    "leave-one-run-out; without the LLM level (shrink 1): LOGO power 17.9 → 13.5 %, ITL 18.5 → 18.2 %; LOSO "
+    "(measured GPUs only) power 47.8 → 29.6 %, ITL 45.7 → 28.3 %. With it: the table above.",
 )
 RULE = ("the held-out group's LLM with the most single-GPU rows (ties: name), its rows in row_id order, the first "
         "k; scored on every other single-GPU row of the group")
@@ -281,13 +278,10 @@ def markdown(r: dict[str, Any]) -> str:
              f"Runtime of this scoreboard (`wattgpu-train evaluate --kshot-only`): {r['runtime_s']} s.", ""]
     lines += ["Design history (same data, same rule): the correction's design was changed after "
               "seeing this table; the figures of the earlier designs:", ""] + [f"- {h}" for h in HISTORY] + [""]
-    lines += [f"LOGO: the held-out GPU's runs calibrate that GPU only (the default). LOSO: the held-out source plays a "
-              "user with a new serving stack, whose runs of one LLM carry the pooled level terms to the source's "
-              "other GPUs (`--apply-to-other-gpus`).", "",
-              f"Shrinkage: the prior scales are multiplied by one constant, `SHRINK = {r['shrink']:g}` in "
-              "`wattgpu/calibration.py`, chosen on this grid as the value with the fewest held-out groups made "
-              "worse over both splits, both targets and every k (ties: the mean pooled MdAPE); the same value for "
-              "every GPU, source and split.", "",
+    lines += ["LOGO: the runs calibrate the held-out GPU only (the default). LOSO: the held-out source is a user's "
+              "new stack; its pooled level terms reach its other GPUs (`--apply-to-other-gpus`).", "",
+              f"Shrinkage `SHRINK = {r['shrink']:g}` (wattgpu/calibration.py): the grid value with the fewest held-out "
+              "groups made worse over both splits, targets and k (ties: mean pooled MdAPE), one value for all.", "",
               "| shrink | groups made worse (all cells) | mean pooled MdAPE after (all cells) | LOGO power k=3 | "
               "LOGO ITL k=3 | LOSO power k=3 | LOSO ITL k=3 |", "|---|---|---|---|---|---|---|"]
     for sh, cells in r["shrink_grid"].items():

@@ -194,3 +194,17 @@ def test_leave_one_run_out_keeps_no_parameters_where_calibration_hurts(tmp_path)
     loro = itl["loro"][GPU]
     assert loro["after"] <= loro["before"] + 1e-9 or loro["kept"] == []
     assert len(itl["gpu"][GPU]) < 2 and ("made held-out runs worse" in res.stdout)
+
+
+def test_a_vllm_bench_server_run_calibrates_itl_and_reads_ttft(tmp_path):
+    """`vllm bench serve --request-rate 2` (SYNTHETIC result JSON): a server run at its own running batch."""
+    p = Predictor().predict(GPU, LLM, Workload(kind="server", qps=2.0, input_tokens=512, output_tokens=256))
+    bench = {"date": "20250301-120100", "model_id": LLM, "duration": 60.0, "completed": 120,
+             "total_input_tokens": 120 * 512, "total_output_tokens": 120 * 256, "request_rate": 2.0,
+             "mean_ttft_ms": p.ttft_s * 1.5e3, "mean_tpot_ms": p.itl_s * 1.2e3}
+    (tmp_path / "b.json").write_text(json.dumps(bench))
+    res = run_cli("calibrate", "--vllm-bench", str(tmp_path / "b.json"), "--gpu", GPU, "--out", str(tmp_path / "o"))
+    assert res.returncode == 0, res.stderr
+    assert "server run" in res.stderr and "TTFT" in res.stdout
+    itl = json.loads((tmp_path / "o" / SCHEMA_FILE).read_text())["calibration"]["targets"]["itl"]
+    assert itl["runs"] == 1 and itl["gpu"][GPU]["overhead"] > 0

@@ -208,3 +208,23 @@ def test_a_vllm_bench_server_run_calibrates_itl_and_reads_ttft(tmp_path):
     assert "server run" in res.stderr and "TTFT" in res.stdout
     itl = json.loads((tmp_path / "o" / SCHEMA_FILE).read_text())["calibration"]["targets"]["itl"]
     assert itl["runs"] == 1 and itl["gpu"][GPU]["overhead"] > 0
+
+
+def test_low_load_server_runs_give_the_idle_power(tmp_path):
+    """SYNTHETIC: server runs whose mean power sits 20 W × (1 − busy share) below the prediction, as if the
+    GPU idled 20 W below the catalog's figure: the low-load runs (busy ≤ 30 %) recover that idle power."""
+    gpu = "NVIDIA H100 SXM5 80GB"
+    pred = Predictor()
+    rows = []
+    for q in (0.05, 0.1, 2.0):
+        p = pred.predict(gpu, LLM, Workload(kind="server", qps=q, input_tokens=512, output_tokens=256))
+        rows.append({"llm": LLM, "gpu": gpu, "kind": "server", "qps": q, "input_tokens": 512, "output_tokens": 256,
+                     "power_w": f"{p.power_w - (1 - p.busy_fraction) * 20:.6g}", "itl_s": f"{p.itl_s:.6g}"})
+    catalog_idle = pred.catalog.gpu(gpu).idle_power_w
+    runs = runs_from_csv(str(_write(tmp_path / "r.csv", rows)), pred)
+    low = runs.idle_measured[np.isfinite(runs.idle_measured)]
+    assert len(low) == 2 and np.allclose(low, catalog_idle - 20, atol=0.1)
+    res = _calibrate(tmp_path, rows)
+    assert res.returncode == 0, res.stderr and "low-load server runs" in res.stdout
+    after = Predictor(tmp_path / "out").predict(gpu, LLM, Workload(kind="server", qps=0.05))
+    assert after.idle_power_w == pytest.approx(catalog_idle - 20, abs=0.1)

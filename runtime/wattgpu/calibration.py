@@ -53,7 +53,7 @@ LABEL = {ITL: "ITL", POWER: "power", TTFT: "TTFT"}
 
 # ---- the corrections (floats of one row or arrays alike)
 def power_map(raw: Any, p: Mapping[str, float], idle: Any, tdp: Any, dlnb: Any) -> Any:
-    """Calibrated power: the logit of the idle→TDP share moved by offset + slope·Δln b (raw outside the range kept)."""
+    """Power with the logit of its idle→TDP share moved by offset + slope·Δln b."""
     span = tdp - idle
     u = (raw - idle) / span
     inside = (u > 0.0) & (u < 1.0)
@@ -63,7 +63,7 @@ def power_map(raw: Any, p: Mapping[str, float], idle: Any, tdp: Any, dlnb: Any) 
 
 
 def itl_map(raw: Any, p: Mapping[str, float], floor: Any) -> Any:
-    """Calibrated ITL: floor + the excess scaled by e^overhead plus bandwidth × floor, never below the floor."""
+    """ITL = floor + max(e^overhead·excess + bandwidth·floor, EXCESS_MIN·floor)."""
     excess = ops.maximum(raw - floor, 0.0)
     return floor + ops.maximum(ops.exp(p.get("overhead", 0.0)) * excess + p.get("bandwidth", 0.0) * floor,
                                EXCESS_MIN * floor)
@@ -76,7 +76,7 @@ def log_batch(cols: Mapping[str, Any]) -> Any:
 # ---- records
 @dataclass(frozen=True)
 class GpuCal:
-    """A measured GPU: its runs, the raw feature columns that identify it, idle power, its runs' log-batch span."""
+    """A measured GPU: runs, fingerprint, idle power, its runs' log-batch span."""
 
     runs: int
     fingerprint: dict[str, float | None]
@@ -88,7 +88,7 @@ class GpuCal:
 
 @dataclass(frozen=True)
 class Loro:
-    """Leave-one-run-out median |error| (%) of one GPU's runs: uncalibrated and with the kept parameters."""
+    """Leave-one-run-out median |error| (%) before and after, the parameters kept, a note."""
 
     before: float | None
     after: float | None
@@ -298,7 +298,7 @@ class Runs:
 
 def model_value(target: str, raw: np.ndarray, p: Mapping[str, float], cols: Mapping[str, np.ndarray],
                 dlnb: np.ndarray, busy: np.ndarray) -> np.ndarray:
-    """What the calibrated bundle predicts for these runs with parameters ``p`` (power: the server mix)."""
+    """The calibrated prediction of these runs with parameters ``p`` (power: the server mix)."""
     if target == ITL:
         return itl_map(raw, p, cols["roofline_itl_s"])
     idle, tdp = cols["idle_power_w"], cols["gpu_tdp_w"]
@@ -430,7 +430,7 @@ def fit_ttft(runs: Runs, shrink: float = SHRINK) -> dict[str, tuple[dict[str, fl
 
 def interval_scales(gpus: Sequence[str], measured: np.ndarray, calibrated: np.ndarray,
                     half_width_80: float | None) -> dict[str, float]:
-    """ρ per GPU: the runs' scatter after calibration over the bundle's 80 % width (1 without intervals)."""
+    """ρ per GPU: the runs' scatter over the bundle's 80 % width (1 without intervals)."""
     g = np.asarray(list(gpus), dtype=object)
     with np.errstate(all="ignore"):
         e = np.log(np.asarray(measured, float) / np.asarray(calibrated, float))
@@ -624,7 +624,7 @@ def write_calibrated(base: "ModelBundle", cal: Calibration, out_dir: "Path") -> 
         g = cal.gpus.get(entry.get("name"))
         if g is not None and g.idle_measured and isinstance(entry.get("spec"), dict):
             entry["spec"]["idle_power_w"] = g.idle_power_w
-            entry["spec"]["idle_power_source"] = (f"measured by the user: mean idle_power_w of {g.runs} run(s) "
+            entry["spec"]["idle_power_source"] = ("measured by the user: idle_power_w or low-load server runs "
                                                   "given to wattgpu calibrate")
     catalog_bytes = (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode("utf-8")
     return rewrite_bundle(base, out_dir, catalog_bytes, {"calibration": cal.to_section()})
@@ -640,7 +640,7 @@ def check_base(base: "ModelBundle") -> None:
 
 
 def check_out_dir(base: "ModelBundle", out_dir: "str | Path") -> None:
-    """Refuse an --out that is a file, the base bundle itself, or a non-empty directory holding no bundle."""
+    """Refuse an --out that is a file, the base bundle, or a non-empty non-bundle directory."""
     import os
     from pathlib import Path
 

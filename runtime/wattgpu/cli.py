@@ -580,8 +580,7 @@ def calibrate(measurements: str | None, benches: tuple[str, ...], power_logs: tu
 
 
 def _print_calibration(cal: Any, runs: Any, out_dir: str) -> None:
-    """What the calibration changed, per GPU and quantity: the parameters kept and the leave-one-run-out
-    error before and after (each run predicted by a fit on the others)."""
+    """Per GPU and quantity: the parameters kept and the leave-one-run-out error before and after."""
     from .calibration import LABEL, fit_ttft
 
     click.echo(cal.summary())
@@ -602,7 +601,7 @@ def _print_calibration(cal: Any, runs: Any, out_dir: str) -> None:
                    f"({lo.note}; reported only: the bundle does not change TTFT)")
     idle = [f"{n} {g.idle_power_w:g} W" for n, g in sorted(cal.gpus.items()) if g.idle_measured]
     if idle:
-        click.echo("measured idle power replaces the catalog's: " + ", ".join(idle))
+        click.echo("idle power from your idle_power_w or low-load server runs replaces the catalog's: " + ", ".join(idle))
     click.echo("LORO: median |error| of your runs, each predicted by a fit on the others (before: uncalibrated); "
                "parameters: docs/calibration.md")
     click.echo(f"wrote {out_dir}: use it with `wattgpu predict --models {out_dir}` or WATTGPU_MODELS={out_dir}")

@@ -4,8 +4,7 @@ The runs CSV has the columns of ``wattgpu predict --input`` (read by :mod:`wattg
 same field rules) plus the measurements of :data:`MEASURED`: ``power_w`` (mean power per GPU over the
 run, W) and/or ``itl_s`` (s/token, the row's ``itl_stat``), optionally ``ttft_s`` (s: checked and
 calibrated as an overhead term) and ``idle_power_w`` (the GPU's idle power with the model loaded), and
-``dtype`` (the weight dtype as served, as ``--dtype``) and ``tp`` like any predict row. Several GPUs
-in one file are calibrated each on its own runs.
+``dtype`` and ``tp`` like any predict row.
 
 From logs: :func:`bench_row` turns the JSON that ``vllm bench serve`` / ``benchmark_serving.py
 --save-result`` writes, plus a power log (``nvidia-smi --query-gpu=timestamp,power.draw --format=csv
@@ -89,7 +88,7 @@ def runs_from_rows(rows: Iterable[tuple[int, dict[str, str], str | None]], origi
     def column(name: str) -> np.ndarray:
         return np.array([math.nan if v[name] is None else float(v[name] or 0.0) for v in measured])
 
-    idle_measured = column("idle_power_w")
+    idle_measured = low_load_idle(triples, preds, column("power_w"), column("idle_power_w"))
     at = running_columns(triples, preds, idle_measured, predictor.bundle)
     from .assemble import evaluate
 
@@ -107,6 +106,26 @@ def runs_from_rows(rows: Iterable[tuple[int, dict[str, str], str | None]], origi
                 measured={POWER: column("power_w"), ITL: column("itl_s"), TTFT: column("ttft_s")},
                 idle_measured=idle_measured, raw={POWER: np.asarray(raw[POWER]), ITL: np.asarray(raw[ITL])},
                 busy=busy, lines=lines)
+
+
+LOW_LOAD_BUSY = 0.3  # a server run busy at most this share of the time is mostly an idle reading
+
+
+def low_load_idle(triples: list[Any], preds: list[Any], power: np.ndarray, idle: np.ndarray) -> np.ndarray:
+    """``idle``, plus for a GPU without a reading the idle its low-load server runs imply (busy ≤ LOW_LOAD_BUSY)."""
+    out = np.array(idle, dtype=np.float64, copy=True)
+    names = [t[0].name for t in triples]
+    for name in sorted(set(names)):
+        rows = [i for i, n in enumerate(names) if n == name]
+        if np.isfinite(idle[rows]).any():
+            continue
+        for i in rows:
+            p, b = preds[i], preds[i].busy_fraction
+            if triples[i][2].kind != "server" or not b <= LOW_LOAD_BUSY or not np.isfinite(power[i]) or p.idle_power_w is None:
+                continue
+            busy_w = p.idle_power_w + (p.power_w - p.idle_power_w) / max(b, 1e-9)
+            out[i] = min(max((power[i] - b * busy_w) / (1.0 - b), 0.02 * triples[i][0].tdp_w), power[i])
+    return out
 
 
 ITL_RATIO_MAX = 20.0  # a measured ITL this many times the prediction is a unit mistake, not a slow GPU

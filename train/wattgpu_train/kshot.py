@@ -36,7 +36,7 @@ HISTORY = (
     "Design 2: + an LLM level that is fitted but not applied (runs of one LLM cannot pass its own error off as "
     "the GPU's): LOGO power → 14.8 %, ITL → 19.4 %; LOSO power → 20.8 %, ITL → 25.5 %.",
     "Design 3: + delta-method weights: LOGO power 17.9 → 16.4 %, ITL 18.5 → 14.8 %; LOSO power 47.8 → 23.3 %, "
-    "ITL 45.7 → 25.8 % (one factor per target, applied to every GPU).",
+    "ITL 45.7 → 25.8 %.",
     "Design 4 (current, issue 33): per GPU, two physical parameters per quantity, MAP with the LLM level, kept by "
     "leave-one-run-out; without the LLM level (shrink 1): LOGO power 17.9 → 13.5 %, ITL 18.5 → 18.2 %; LOSO "
     "(measured GPUs only) power 47.8 → 29.6 %, ITL 45.7 → 28.3 %. With it: the table above.",
@@ -101,10 +101,8 @@ SHRINK_GRID = (0.25, 0.5, 0.7, 1.0, 1.4)
 def kshot(records: pd.DataFrame, catalog: Catalog, recipe: Recipe = DEFAULT, ks: tuple[int, ...] = KS, n_jobs: int = 2,
           preds: dict[str, dict[str, np.ndarray]] | None = None,
           log: Callable[[str], None] | None = None, shrink_grid: tuple[float, ...] = SHRINK_GRID) -> dict[str, Any]:
-    """The k-shot scoreboard (JSON-ready). ``preds[target][split]``: out-of-fold predictions of the
-    single-GPU rows to reuse (from the full evaluate); else each split's folds are fitted here with
-    ``recipe``'s first candidate (no nested selection). The tables use the runtime's ``SHRINK``; every
-    value of ``shrink_grid`` is scored too (``shrink``), so the reader sees how the constant was chosen."""
+    """The k-shot scoreboard (JSON-ready); ``preds[target][split]``: out-of-fold predictions to reuse, else
+    fitted here. Tables at the runtime's ``SHRINK``; every ``shrink_grid`` value scored too."""
     log = log or (lambda s: None)
     t0 = time.perf_counter()
     out: dict[str, Any] = {"rule": RULE, "ks": list(ks), "targets_pct": {f"{s} {t}": v for (s, t), v in TARGETS_PCT.items()},
@@ -159,9 +157,7 @@ def kshot(records: pd.DataFrame, catalog: Catalog, recipe: Recipe = DEFAULT, ks:
 
 
 def ttft_kshot(records: pd.DataFrame, catalog: Catalog, ks: tuple[int, ...]) -> dict[str, Any]:
-    """TTFT: the runtime's TTFT (nothing in it is fitted on TTFT, so every row is out-of-sample for
-    it) on the rows with a measured TTFT, calibrated per held-out GPU / source by the overhead term of
-    :func:`wattgpu.calibration.fit_ttft` on k runs chosen by :data:`RULE`."""
+    """TTFT k-shot: the runtime TTFT (nothing in it fitted on TTFT) calibrated by wattgpu.calibration.fit_ttft."""
     from wattgpu.calibration import TTFT, fit_ttft
     from wattgpu.errors import WattGPUError
     from wattgpu.predictor import Predictor
@@ -325,9 +321,8 @@ def markdown(r: dict[str, Any]) -> str:
                 lines.append(f"| {name} | {g['rows']} | {g['1']['llm']} ({g['1']['source']}) | " + " | ".join(cells) + " |")
     t = r.get("ttft", {})
     if t.get("rows"):
-        lines += ["", "### TTFT: the overhead term (runtime TTFT, which nothing fits on TTFT; rows with a measured "
-                      "TTFT)", "", f"{t['rows']} rows. The bundle does not apply this term yet (`wattgpu calibrate` "
-                      "reports it with its leave-one-run-out check).", "",
+        lines += ["", "### TTFT: the overhead term (rows with a measured TTFT)", "",
+                  f"{t['rows']} rows. `wattgpu calibrate` reports this term; the bundle does not apply it yet.", "",
                   "| split | k | groups | rows | MdAPE uncalibrated | MdAPE calibrated | groups worse |",
                   "|---|---|---|---|---|---|---|"]
         for split in KSHOT_SPLITS:

@@ -1,4 +1,4 @@
-"""`wattgpu calibrate`: fitting (shrinkage), the bounded correction, the calibrated bundle, the CLI.
+"""`wattgpu calibrate`: fitting (shrinkage), the bounded physical correction, the calibrated bundle, the CLI.
 
 Every measured run here is SYNTHETIC: made in the test from the uncalibrated prediction times a known
 factor, to check the machinery — never a claim about any GPU.
@@ -15,12 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from wattgpu import ArtifactError, Predictor, Workload
+from wattgpu import Predictor, Workload
 from wattgpu import features as F
 from wattgpu.bundle import SCHEMA_FILE, ModelBundle
-from wattgpu.calibration import (PRIORS, Calibration, GpuCal, TargetFit, fingerprint, fit_target, shift,
+from wattgpu.calibration import (BOUNDS, Calibration, GpuCal, TargetFit, fingerprint, fit_params, itl_map, power_map,
                                  write_calibrated)
-from wattgpu.server import IDLE_FRACTION_OF_TDP
 
 from .helpers import run_cli, run_py
 
@@ -30,7 +29,7 @@ BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
 def _synthetic_runs(path: Path, itl_factor: float, power_factor: float, batches=(8, 32, 128), idle: float | None = None,
-                    gpu: str = GPU) -> Path:
+                    gpu: str = GPU, llm: str = LLM) -> Path:
     """A runs CSV whose 'measurements' are the packaged prediction × a factor (SYNTHETIC)."""
     pred = Predictor()
     with path.open("w", newline="") as f:
@@ -38,8 +37,8 @@ def _synthetic_runs(path: Path, itl_factor: float, power_factor: float, batches=
         w.writerow(["llm", "gpu", "kind", "max_batch", "input_tokens", "output_tokens", "power_w", "itl_s",
                     "idle_power_w"])
         for b in batches:
-            p = pred.predict(gpu, LLM, Workload(max_batch=b, input_tokens=512, output_tokens=256))
-            w.writerow([LLM, gpu, "offline", b, 512, 256, f"{min(p.power_w * power_factor, 399):.6g}",
+            p = pred.predict(gpu, llm, Workload(max_batch=b, input_tokens=512, output_tokens=256))
+            w.writerow([llm, gpu, "offline", b, 512, 256, f"{min(p.power_w * power_factor, 399):.6g}",
                         f"{p.itl_s * itl_factor:.6g}", "" if idle is None else idle])
     return path
 
@@ -50,74 +49,73 @@ def calibrated(tmp_path_factory) -> Path:
     runs = _synthetic_runs(d / "runs.csv", itl_factor=1.3, power_factor=0.9, idle=55.0)
     res = run_cli("calibrate", "--measurements", str(runs), "--out", str(d / "bundle"))
     assert res.returncode == 0, res.stderr
-    assert "calibrated on 3 runs: NVIDIA A100 SXM4 40GB ×3" in res.stdout
+    assert "calibrated on 3 runs: changes NVIDIA A100 SXM4 40GB (3 runs) only" in res.stdout
+    assert "LORO before" in res.stdout
     return d / "bundle"
 
 
 # ---- shrinkage
+def _fit_level(target, y, pred):
+    """MAP level term for runs measuring ``y`` where the model predicts ``pred`` (ITL: floor 0)."""
+    y, pred = np.asarray(y, float), np.asarray(pred, float)
+    cols = {"roofline_itl_s": np.full(len(y), 1e-9)}
+    return fit_params(target, ("overhead",), y, lambda q: itl_map(pred, q, cols["roofline_itl_s"]))
+
+
 def test_one_run_moves_less_than_ten_and_never_past_the_evidence():
-    r1, r10 = np.array([0.4]), np.full(10, 0.4)
-    s1, g1, _ = fit_target("itl", ["A"], r1, ["m"])
-    s10, g10, _ = fit_target("itl", ["A"] * 10, r10, ["m"] * 10)
-    assert 0 < s1 + g1["A"] < s10 + g10["A"] < 0.4
+    p1, _ = _fit_level("itl", [1.5], [1.0])
+    p10, _ = _fit_level("itl", [1.5] * 10, [1.0] * 10)
+    assert 0 < p1["overhead"] < p10["overhead"] < math.log(1.5) + 1e-9
 
 
 def test_scattered_runs_move_less_than_consistent_ones():
     rng = np.random.default_rng(0)
-    tight = 0.3 + rng.normal(0, 0.01, 10)
-    loose = 0.3 + rng.normal(0, 0.6, 10)
-    loose += 0.3 - loose.mean()  # same mean, large spread
-    s_t, g_t, _ = fit_target("itl", ["A"] * 10, tight, ["m"] * 10)
-    s_l, g_l, _ = fit_target("itl", ["A"] * 10, loose, ["m"] * 10)
-    assert abs(s_l + g_l["A"]) < abs(s_t + g_t["A"])
+    tight = 1.5 * np.exp(rng.normal(0, 0.01, 10))
+    loose = 1.5 * np.exp(rng.normal(0, 0.6, 10))
+    loose *= 1.5 / np.exp(np.mean(np.log(loose)))  # same mean log, more scatter
+    pt, st = _fit_level("itl", tight, np.ones(10))
+    pl, sl = _fit_level("itl", loose, np.ones(10))
+    assert sl > st and 0 < pl["overhead"] < pt["overhead"]
 
 
-def test_runs_of_several_gpus_separate_stack_from_gpu():
-    # two GPUs sharing a stack offset of 0.3, one of them 0.2 further: the stack level takes the shared part
-    r = np.array([0.3] * 6 + [0.5] * 6)
-    gpus = ["A"] * 6 + ["B"] * 6
-    s, g, _ = fit_target("itl", gpus, r, ["m1", "m2"] * 6)
-    assert s > 0.15 and g["B"] > g["A"]
-
-
-def test_runs_of_one_llm_cannot_pass_its_error_off_as_the_gpus():
-    one_llm = fit_target("itl", ["A"] * 50, np.full(50, 0.4), ["m"] * 50)
-    many = fit_target("itl", ["A"] * 50, np.full(50, 0.4), [f"m{i % 10}" for i in range(50)])
-    p = PRIORS["itl"]
-    cap = (p.tau_stack ** 2 + p.tau_gpu ** 2) / (p.tau_stack ** 2 + p.tau_gpu ** 2 + p.tau_llm ** 2)
-    assert one_llm[0] + one_llm[1]["A"] <= 0.4 * cap + 1e-9 < many[0] + many[1]["A"]
-
-
-# ---- the map: bounds by construction
-@pytest.mark.parametrize("theta", [-3.0, -0.5, 0.0, 0.5, 3.0])
-def test_the_map_is_monotone_and_bounded(theta):
-    v = np.linspace(0.0, 0.2, 401)
-    floor = 0.05
-    itl = shift("itl", v, theta, floor)
-    assert np.all(np.diff(itl) >= 0) and np.all(itl >= floor)
-    p = np.linspace(0.0, 500.0, 501)
-    pw = shift("power", p, theta, 60.0, 400.0)
-    assert np.all(np.diff(pw) >= -1e-9)
+@pytest.mark.parametrize("offset", [-5.0, -0.5, 0.0, 0.5, 5.0])
+@pytest.mark.parametrize("slope", [0.0, 1.0])
+def test_the_power_map_stays_inside_idle_and_tdp(offset, slope):
+    p = np.linspace(50, 450, 81)
+    out = power_map(p, {"offset": offset, "slope": slope}, 60.0, 400.0, np.linspace(-3, 3, 81))
     inside = (p > 60) & (p < 400)
-    assert np.all((pw[inside] > 60) & (pw[inside] < 400))
-    assert np.array_equal(pw[~inside], p[~inside])
+    assert np.all((out[inside] > 60) & (out[inside] < 400))
+    assert np.array_equal(out[~inside], p[~inside])
+    flat = power_map(p, {"offset": offset}, 60.0, 400.0, 0.0)
+    assert np.all(np.diff(flat) >= -1e-9)  # monotone in the model's power
+
+
+@pytest.mark.parametrize("overhead", [-4.0, 0.0, 4.0])
+@pytest.mark.parametrize("bandwidth", [-0.6, 0.0, 3.0])
+def test_the_itl_map_stays_above_the_floor_and_monotone(overhead, bandwidth):
+    floor = np.linspace(0.005, 0.05, 50)  # grows with the batch
+    itl = floor + np.linspace(0.002, 0.004, 50)  # excess never falls with the batch
+    out = itl_map(itl, {"overhead": overhead, "bandwidth": bandwidth}, floor)
+    assert np.all(out > floor) and np.all(np.diff(out) > 0)
 
 
 def _extreme_bundle(tmp: Path, gpu_name: str) -> Path:
-    """A calibrated bundle with factors far beyond any real fit (e^±2), to prove the bounds hold anyway."""
+    """A calibrated bundle with parameters at their bounds, to prove the physics holds anyway."""
     base = ModelBundle(None)
     spec = base.catalog.gpu(gpu_name)
-    cal = Calibration(runs=3, gpus={spec.name: GpuCal(3, fingerprint(spec), 0.1 * spec.tdp_w, True)},
-                      targets={"itl": TargetFit(3, -2.0, {spec.name: 4.0}, 0.1, {spec.name: 1.0}),
-                               "power": TargetFit(3, 2.0, {spec.name: 2.0}, 0.1, {spec.name: 1.0})})
+    cal = Calibration(runs=3, gpus={spec.name: GpuCal(3, fingerprint(spec), 0.1 * spec.tdp_w, True, 2.0, (0.0, 4.0))},
+                      targets={"itl": TargetFit(3, {spec.name: {"overhead": 4.0, "bandwidth": -0.6}}, {"overhead": -4.0},
+                                                0.1, {spec.name: 1.0}),
+                               "power": TargetFit(3, {spec.name: {"offset": -5.0, "slope": 1.0}}, {"offset": -5.0},
+                                                  0.1, {spec.name: 1.0})}, apply_to_other_gpus=True)
     out = tmp / f"extreme_{gpu_name.replace(' ', '_')}"
     write_calibrated(base, cal, out)
     return out
 
 
 def test_catalog_sweep_keeps_the_physical_bounds(tmp_path):
-    """Over every catalog GPU and a batch sweep: ITL ≥ weight-read floor, power ≤ TDP and ≥ the idle
-    anchor, monotone in the batch wherever the uncalibrated prediction is."""
+    """Over every catalog GPU and a batch sweep: ITL ≥ the roofline floor, power ≤ TDP and ≥ idle, both
+    monotone in the batch (the uncalibrated models are: tests/test_physics_bounds.py)."""
     base = Predictor()
     cat = base.catalog
     for bundle in (_extreme_bundle(tmp_path, GPU), _extreme_bundle(tmp_path, "NVIDIA H100 SXM5 80GB")):
@@ -127,40 +125,53 @@ def test_catalog_sweep_keeps_the_physical_bounds(tmp_path):
             for llm in (LLM, "Qwen/Qwen2.5-0.5B-Instruct"):
                 m = cat.llm(llm)
                 triples = [(g, m, Workload(max_batch=b)) for b in BATCHES]
-                raw, new = base.predict_table(triples), cal.predict_table(triples)
+                new = cal.predict_table(triples)
                 ok = np.isfinite(new["power_w"])
                 if not ok.any():
                     continue
                 checked += 1
-                floor = F.weight_read_s(F.columns(triples))
-                assert np.all(new["itl_s"][ok] >= floor[ok] * (1 - 1e-12)), g.name
+                cols = F.columns([(cal.catalog.gpu(g.name), m, w) for _, m, w in triples])
+                assert np.all(new["itl_s"][ok] >= cols["roofline_itl_s"][ok] * (1 - 1e-12)), g.name
                 assert np.all(new["power_w"][ok] <= g.tdp_w * (1 + 1e-12)), g.name
-                idle = IDLE_FRACTION_OF_TDP * g.tdp_w if g.name not in (GPU, "NVIDIA H100 SXM5 80GB") else 0.1 * g.tdp_w
-                assert np.all(new["power_w"][ok] >= np.minimum(raw["power_w"][ok], idle) - 1e-9), g.name
-                for key in ("itl_s", "power_w"):
-                    if np.all(np.diff(raw[key][ok]) >= 0):
-                        assert np.all(np.diff(new[key][ok]) >= -1e-12 * new[key][ok][1:]), (g.name, llm, key)
+                assert np.all(new["power_w"][ok] >= cols["idle_power_w"][ok] - 1e-9), g.name
+                for key in ("itl_s", "power_w"):  # more load never means less time per step or less power
+                    assert np.all(np.diff(new[key][ok]) >= -1e-12 * new[key][ok][1:]), (g.name, llm, key)
         assert checked > 50
 
 
 # ---- round trip and integrity
-def test_round_trip_moves_predictions_toward_the_runs(calibrated, tmp_path):
+def test_round_trip_moves_predictions_toward_the_runs(calibrated):
     wl = Workload(max_batch=32, input_tokens=512, output_tokens=256)
     before = Predictor().predict(GPU, LLM, wl)
     after = Predictor(calibrated).predict(GPU, LLM, wl)
-    assert before.itl_s < after.itl_s < before.itl_s * 1.3  # toward the ×1.3 runs, shrunk
-    assert before.power_w * 0.9 < after.power_w < before.power_w
-    assert after.calibration is not None and after.calibration["gpu"] == GPU
-    assert after.calibration["summary"].startswith("calibrated on 3 runs: NVIDIA A100 SXM4 40GB ×3; stack factor")
+    assert before.itl_s < after.itl_s < before.itl_s * 1.3 * 1.02  # toward the ×1.3 runs
+    assert after.power_w < before.power_w
+    assert after.calibration is not None and after.calibration["gpu"] == GPU and after.calibration["changed"]
+    assert after.calibration["summary"].startswith("calibrated on 3 runs: changes NVIDIA A100 SXM4 40GB (3 runs) only")
+
+
+def test_other_gpus_change_only_when_asked(calibrated, tmp_path):
+    wl = Workload(max_batch=32)
+    plain = Predictor().predict("NVIDIA L40S", LLM, wl)
     other = Predictor(calibrated).predict("NVIDIA L40S", LLM, wl)
-    assert "GPU not measured: stack factor only" in other.calibration["summary"]
-    assert Predictor().predict("NVIDIA L40S", LLM, wl).calibration is None
-    # the scalar path (predict) and the vectorised one (predict_many) apply the same correction
+    assert other.itl_s == plain.itl_s and other.power_w == plain.power_w
+    assert "this GPU has no runs: prediction not changed" in other.calibration["summary"]
+    runs = _synthetic_runs(tmp_path / "r.csv", 1.3, 0.9)
+    res = run_cli("calibrate", "--measurements", str(runs), "--out", str(tmp_path / "o"), "--apply-to-other-gpus")
+    assert res.returncode == 0, res.stderr
+    assert "other GPUs get the pooled level terms (asked for with --apply-to-other-gpus)" in res.stdout
+    moved = Predictor(tmp_path / "o").predict("NVIDIA L40S", LLM, wl)
+    assert moved.itl_s > plain.itl_s and "pooled level terms" in moved.calibration["summary"]
+
+
+def test_the_scalar_and_vectorised_paths_agree(calibrated):
+    wl = Workload(max_batch=32, input_tokens=512, output_tokens=256)
+    one = Predictor(calibrated).predict(GPU, LLM, wl)
     many = Predictor(calibrated).predict_many([(GPU, LLM, wl)])[0]
-    assert many.itl_s == pytest.approx(after.itl_s, rel=1e-12) and many.power_w == pytest.approx(after.power_w, rel=1e-12)
+    assert many.itl_s == pytest.approx(one.itl_s, rel=1e-12) and many.power_w == pytest.approx(one.power_w, rel=1e-12)
 
 
-def test_measured_idle_replaces_the_estimate_in_the_catalog(calibrated):
+def test_measured_idle_replaces_the_catalogs(calibrated):
     p = Predictor(calibrated).predict(GPU, LLM, Workload(kind="server", qps=0.2))
     assert p.idle_power_w == 55.0 and "measured by the user" in p.idle_power_source
     assert p.calibration["idle_power_w"] == 55.0
@@ -207,9 +218,13 @@ def test_a_calibrated_bundle_is_not_calibrated_again(calibrated, tmp_path):
     ({"power_w": "-3"}, "column 'power_w'"),
     ({"itl_s": "fast"}, "column 'itl_s'"),
     ({"power_w": "", "itl_s": ""}, "no measurement"),
-    ({"itl_s": "0.0001"}, "below the time to read the weights"),
+    ({"itl_s": "0.0001"}, "below the floor of this offline run"),
+    ({"itl_s": "20"}, "milliseconds typed as seconds"),
+    ({"power_w": "300000"}, "above the TDP"),
+    ({"power_w": "0.3"}, "below the idle power"),
     ({"gpu": "NVIDIA Nonexistent"}, "Unknown GPU"),
     ({"max_batch": "0"}, "max_batch"),
+    ({"dtype": "fp3"}, "dtype"),
 ])
 def test_bad_runs_get_one_line_errors(tmp_path, cells, message):
     row = {"llm": LLM, "gpu": GPU, "max_batch": "32", "power_w": "300", "itl_s": "0.02", **cells}
@@ -322,10 +337,10 @@ def test_calibrate_needs_no_training_stack(tmp_path):
 
 def test_section_round_trips(calibrated):
     m = json.loads((calibrated / SCHEMA_FILE).read_text())
-    assert m["schema_version"] == 2
+    assert m["schema_version"] == 3
     cal = Calibration.from_section(m["calibration"])
     assert cal.to_section() == m["calibration"]
-    assert math.isfinite(cal.targets["itl"].stack)
+    assert all(BOUNDS["itl"][k][0] <= v <= BOUNDS["itl"][k][1] for k, v in cal.targets["itl"].gpu[GPU].items())
     assert replace(cal, runs=4).summary().startswith("calibrated on 4 runs")
 
 
@@ -338,3 +353,24 @@ def test_interval_scale_follows_the_runs_scatter():
     loose = interval_scales(["A"] * 10, y, y * np.array([0.6, 1.6] * 5), half)["A"]
     assert tight < 1.0 < loose <= 2.0
     assert interval_scales(["A"], y[:1], y[:1] * 1.6, half)["A"] < loose  # one run weighs less than ten
+
+
+def test_a_format_2_calibration_is_refused_with_the_fix(calibrated, tmp_path):
+    """Format 2 held one factor per GPU; its section cannot be read as parameters: calibrate again."""
+    d = tmp_path / "old"
+    shutil.copytree(calibrated, d)
+    m = json.loads((d / SCHEMA_FILE).read_text())
+    m["schema_version"] = 2
+    (d / SCHEMA_FILE).write_text(json.dumps(m))
+    res = run_cli("predict", "--llm", LLM, "--gpu", GPU, "--models", str(d))
+    assert res.returncode == 3 and "calibrate again" in res.stderr and res.stderr.count("\n") == 1, res.stderr
+
+
+def test_a_section_with_parameters_out_of_bounds_is_refused(calibrated, tmp_path):
+    d = tmp_path / "b"
+    shutil.copytree(calibrated, d)
+    m = json.loads((d / SCHEMA_FILE).read_text())
+    m["calibration"]["targets"]["power"]["gpu"][GPU] = {"offset": 0.1, "slope": -0.4}
+    (d / SCHEMA_FILE).write_text(json.dumps(m))
+    res = run_cli("predict", "--llm", LLM, "--gpu", GPU, "--models", str(d))
+    assert res.returncode == 3 and "slope" in res.stderr and "outside" in res.stderr, res.stderr

@@ -204,6 +204,7 @@ def _resolve_stream(rows: Iterator[tuple[int, dict[str, str], str | None]], defa
                     predictor: Any) -> Iterator[tuple[int, dict[str, str], Any]]:
     """Each CSV row as ``(line, row, triple | RowError)``: names resolved (cached), workload cells checked."""
     from .predictor import default_predictor
+    from .quant import with_dtype
 
     pred = predictor or default_predictor()
     defaults = defaults or Workload()
@@ -238,8 +239,9 @@ def _resolve_stream(rows: Iterator[tuple[int, dict[str, str], str | None]], defa
                 raise RowError(line, f"column {missing!r} is empty; name a catalog {missing.upper()} or a spec file",
                                column=missing)
             wl_key = tuple(row.get(c) or "" for c in wl_cols)
+            dtype = (row.get("dtype") or "").strip() or None  # the weight dtype as served (as --dtype)
             triple: Any = (resolve("gpu", gpu_name, lambda: resolvers["gpu"](gpu_name)),
-                           resolve("llm", llm_name, lambda: resolvers["llm"](llm_name)),
+                           resolve("llm", (llm_name, dtype), lambda: with_dtype(resolvers["llm"](llm_name), dtype)),
                            resolve("wl", wl_key, lambda: row_workload(row, defaults)))
         except RowError as exc:
             triple = exc

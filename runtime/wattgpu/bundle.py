@@ -42,7 +42,7 @@ from .targets import TARGETS, TRANSFORMS, UNITS
 if TYPE_CHECKING:
     from pathlib import Path
 
-FORMAT_VERSION = 2  # 2: the ``calibration`` section (None, or the correction of ``wattgpu calibrate``)
+FORMAT_VERSION = 3  # 2: the ``calibration`` section; 3: that section in physical terms, per measured GPU (issue 33)
 SCHEMA_FILE = "feature_schema.json"  # the manifest
 PACKAGED = "wattgpu/models"
 META_PREFIX = "wattgpu."
@@ -55,7 +55,7 @@ MANIFEST_KEYS_V1 = ("schema_version", "recipe", "models", "catalog", "training",
 MANIFEST_KEYS = (*MANIFEST_KEYS_V1, "calibration")
 # The ONNX files' stamped format version each manifest version accepts: format 2 changed only the
 # manifest, so a calibrated (format-2) bundle carries the unchanged model files of a format-1 export.
-ONNX_FORMATS = {1: ("1",), 2: ("1", "2")}
+ONNX_FORMATS = {1: ("1",), 2: ("1", "2"), 3: ("1", "2", "3")}
 MODEL_KEYS = ("file", "sha256", "transform", "unit", "input_name", "features", "xgboost_params",
               "parity_max_rel_diff", "parity_rtol")
 FEATURE_KEYS = ("name", "unit", "description")
@@ -336,7 +336,16 @@ def _domain(d: Any, r: _Reader) -> Mapping[str, Any]:
 
 
 def _read_v2(data: Mapping[str, Any], r: _Reader) -> FeatureSchema:
-    """Format 2 = format 1 + ``calibration`` (null, or the section :mod:`wattgpu.calibration` reads)."""
+    """Format 2 = format 1 + ``calibration``; a format-2 calibration (one factor per GPU and a stack
+    factor) is refused: calibrate again (format 3)."""
+    if data.get("calibration") is not None:
+        raise r.fail("calibration", "was made by an earlier `wattgpu calibrate` (format 2: one factor per GPU); "
+                                    "calibrate again from the base bundle with the same runs")
+    return _read_v3(data, r)
+
+
+def _read_v3(data: Mapping[str, Any], r: _Reader) -> FeatureSchema:
+    """Format 3 = format 1 + ``calibration`` (null, or the section :mod:`wattgpu.calibration` reads)."""
     from dataclasses import replace
 
     from .calibration import read_section  # the section's owner checks it
@@ -351,7 +360,7 @@ def _read_v2(data: Mapping[str, Any], r: _Reader) -> FeatureSchema:
     return replace(schema, calibration=section)
 
 
-READERS: dict[int, Callable[[Mapping[str, Any], _Reader], FeatureSchema]] = {1: _read_v1, 2: _read_v2}
+READERS: dict[int, Callable[[Mapping[str, Any], _Reader], FeatureSchema]] = {1: _read_v1, 2: _read_v2, 3: _read_v3}
 
 
 # ---- writing: the manifest is built here, beside its reader (export adds ONNX bytes, calibrate a section)

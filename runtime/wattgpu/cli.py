@@ -536,11 +536,14 @@ def gpus(as_json: bool, models: str | None) -> None:
 @click.option("--llm", default=None, help="LLM of the --vllm-bench runs (default: the JSON's model_id).")
 @click.option("--tp", "tp_text", default="1", show_default=True, help="GPUs per replica of the --vllm-bench runs.")
 @click.option("--out", "out_dir", required=True, metavar="DIR", help="Directory to write the calibrated bundle to.")
+@click.option("--apply-to-other-gpus", "other_gpus", is_flag=True,
+              help="Also move GPUs without runs by the measured GPUs' pooled level terms (default: only the "
+                   "measured GPUs change).")
 @click.option("--json", "as_json", is_flag=True, help="Print the calibration section as JSON.")
 @models_option
 @guarded
 def calibrate(measurements: str | None, benches: tuple[str, ...], power_logs: tuple[str, ...], gpu: str | None,
-              llm: str | None, tp_text: str, out_dir: str, as_json: bool, models: str | None) -> None:
+              llm: str | None, tp_text: str, out_dir: str, other_gpus: bool, as_json: bool, models: str | None) -> None:
     """Correct the models with your own measured runs; writes a bundle for --models / WATTGPU_MODELS."""
     from .calibration import calibrate as run_calibration
     from .calibration import check_base
@@ -569,7 +572,7 @@ def calibrate(measurements: str | None, benches: tuple[str, ...], power_logs: tu
             click.echo(f"read {note}", err=True)
             rows.append(row)
         runs = runs_from_rows(rows_of(rows), "--vllm-bench", predictor)
-    cal = run_calibration(runs, predictor.bundle, out_dir)
+    cal = run_calibration(runs, predictor.bundle, out_dir, apply_to_other_gpus=other_gpus)
     if as_json:
         click.echo(json.dumps(cal.to_section(), indent=2, sort_keys=True))
         return
@@ -577,31 +580,30 @@ def calibrate(measurements: str | None, benches: tuple[str, ...], power_logs: tu
 
 
 def _print_calibration(cal: Any, runs: Any, out_dir: str) -> None:
-    """What the calibration found, and how well the calibrated bundle reproduces the runs."""
-    import math
+    """Per GPU and quantity: the parameters kept and the leave-one-run-out error before and after."""
+    from .calibration import LABEL, fit_ttft
 
-    import numpy as np
-
-    from .predictor import Predictor
-
-    after = Predictor(out_dir).predict_specs(runs.triples)
     click.echo(cal.summary())
-    click.echo(f"{'target':<6} {'runs':>4} {'stack':>6} {'GPU factors':<40} {'MdAPE before':>12} {'after':>6}")
-    for t, f in sorted(cal.targets.items()):
-        y = runs.measured[t]
-        ok = np.isfinite(y)
-        new = np.array([getattr(p, 'itl_s' if t == 'itl' else 'power_w') for p in after])
-        before = float(np.median(np.abs(runs.predicted[t][ok] / y[ok] - 1))) * 100
-        now = float(np.median(np.abs(new[ok] / y[ok] - 1))) * 100
-        gpus = ", ".join(f"{n} {math.exp(v):.2f}" for n, v in sorted(f.gpu.items()))
-        click.echo(f"{'ITL' if t == 'itl' else t:<6} {f.runs:>4} {math.exp(f.stack):>6.2f} {gpus:<40} "
-                   f"{before:>11.1f}% {now:>5.1f}%")
-    skipped = {t: int(np.isfinite(runs.measured[t]).sum()) - f.runs for t, f in cal.targets.items()}
-    if skipped.get("itl"):
-        click.echo(f"note: {skipped['itl']} ITL run(s) not used: the uncalibrated ITL is at or below the roofline "
-                   "floor there, so the time above it cannot be scaled")
-    click.echo("factors: ITL multiplies the time above the roofline floor; power multiplies the odds of the "
-               "dynamic share between idle and TDP. MdAPE is on these runs themselves (in-sample).")
+    click.echo(f"{'GPU':<28} {'quantity':<6} {'runs':>4} {'LORO before':>11} {'after':>6}  parameters (kept by leave-one-run-out)")
+    for t, f in sorted(cal.targets.items(), key=lambda kv: kv[0] != "power"):
+        for name, p in sorted(f.gpu.items()):
+            lo = f.loro.get(name)
+            before = "–" if lo is None or lo.before is None else f"{lo.before:.1f} %"
+            after = "–" if lo is None or lo.after is None else f"{lo.after:.1f} %"
+            params = ", ".join(f"{k} {v:+.3g}" for k, v in p.items()) or "none"
+            click.echo(f"{name[:28]:<28} {LABEL[t]:<6} {cal.gpus[name].runs:>4} {before:>11} {after:>6}  {params}")
+            if lo is not None and lo.note:
+                click.echo(f"{'':<28} {'':<6} {'':>4} {'':>11} {'':>6}  {lo.note}")
+    for name, (p, lo) in fit_ttft(runs).items():
+        before = "–" if lo.before is None else f"{lo.before:.1f} %"
+        after = "–" if lo.after is None else f"{lo.after:.1f} %"
+        click.echo(f"{name[:28]:<28} {'TTFT':<6} {'':>4} {before:>11} {after:>6}  overhead {p['overhead_s'] * 1e3:+.3g} ms "
+                   f"({lo.note}; reported only: the bundle does not change TTFT)")
+    idle = [f"{n} {g.idle_power_w:g} W" for n, g in sorted(cal.gpus.items()) if g.idle_measured]
+    if idle:
+        click.echo("idle power from your idle_power_w or low-load server runs replaces the catalog's: " + ", ".join(idle))
+    click.echo("LORO: median |error| of your runs, each predicted by a fit on the others (before: uncalibrated); "
+               "parameters: docs/calibration.md")
     click.echo(f"wrote {out_dir}: use it with `wattgpu predict --models {out_dir}` or WATTGPU_MODELS={out_dir}")
 
 

@@ -2,8 +2,9 @@
 
 The runs CSV has the columns of ``wattgpu predict --input`` (read by :mod:`wattgpu.batch` with the
 same field rules) plus the measurements of :data:`MEASURED`: ``power_w`` (mean power per GPU over the
-run, W) and/or ``itl_s`` (s/token, the row's ``itl_stat``), optionally ``ttft_s`` (checked, not used:
-WattGPU predicts no TTFT) and ``idle_power_w`` (the GPU's idle power with the model loaded).
+run, W) and/or ``itl_s`` (s/token, the row's ``itl_stat``), optionally ``ttft_s`` (s: checked and
+calibrated as an overhead term) and ``idle_power_w`` (the GPU's idle power with the model loaded), and
+``dtype`` and ``tp`` like any predict row.
 
 From logs: :func:`bench_row` turns the JSON that ``vllm bench serve`` / ``benchmark_serving.py
 --save-result`` writes, plus a power log (``nvidia-smi --query-gpu=timestamp,power.draw --format=csv
@@ -29,10 +30,13 @@ from .errors import ConfigFileError, SpecValidationError, WattGPUError
 from .rules import NumberRule
 from .safeio import looks_utf16, open_regular, read_json_file
 from .targets import ITL, POWER
+
+TTFT = "ttft"  # measured and predicted time to first token (s): reported, not a model output
+from .physics import IDLE_FRACTION_OF_TDP
 from .workload import Workload
 
 MEASURED = {
-    "power_w": NumberRule(0.0, 10_000.0, "W (mean per GPU)", optional=True, open_lo=True),
+    "power_w": NumberRule(0.0, 1e7, "W (mean per GPU)", optional=True, open_lo=True),  # mW: caught by check_run
     "itl_s": NumberRule(0.0, 600.0, "s/token", optional=True, open_lo=True),
     "ttft_s": NumberRule(0.0, 86_400.0, "s", optional=True),
     "idle_power_w": NumberRule(0.0, 10_000.0, "W (per GPU)", optional=True, open_lo=True),
@@ -55,8 +59,7 @@ def runs_from_csv(path: str, predictor: Any, defaults: Workload | None = None) -
 
 def runs_from_rows(rows: Iterable[tuple[int, dict[str, str], str | None]], origin: str, predictor: Any,
                    defaults: Workload | None = None) -> Runs:
-    """Measured runs from CSV-like rows ``(line, cells, structural problem)``; the first bad row raises
-    a WattGPUError naming ``origin``, its line and the column."""
+    """Measured runs from CSV-like rows; the first bad row raises naming origin, line, column and likely mistake."""
     triples, measured, lines = [], [], []
     for line, row, triple in _resolve_stream(iter(rows), defaults, predictor):
         if isinstance(triple, WattGPUError):
@@ -81,23 +84,110 @@ def runs_from_rows(rows: Iterable[tuple[int, dict[str, str], str | None]], origi
     for line, p in zip(lines, preds):
         if isinstance(p, WattGPUError):
             raise WattGPUError(f"{origin}: line {line}: {p}")
-    cols = F.columns(triples)
-    floor = F.weight_read_s(cols)
-    for line, (g, _, _), v, fl in zip(lines, triples, measured, floor.tolist()):
-        if v["itl_s"] is not None and v["itl_s"] <= fl:
-            raise WattGPUError(f"{origin}: line {line}: itl_s = {v['itl_s']:g} s is below the time to read the "
-                               f"weights once on {g.name} ({fl:.3g} s): check the llm, gpu, tp and itl_s (seconds, "
-                               "not ms) of this run")
-        if v["power_w"] is not None and v["power_w"] > 1.5 * g.tdp_w:
-            raise WattGPUError(f"{origin}: line {line}: power_w = {v['power_w']:g} W is far above the TDP of "
-                               f"{g.name} ({g.tdp_w:g} W); give the mean power per GPU, not the group's")
 
     def column(name: str) -> np.ndarray:
         return np.array([math.nan if v[name] is None else float(v[name] or 0.0) for v in measured])
 
-    return Runs(triples=triples, gpus=[t[0].name for t in triples], specs=[t[0] for t in triples], cols=cols,
-                predicted={POWER: np.array([p.power_w for p in preds]), ITL: np.array([p.itl_s for p in preds])},
-                measured={POWER: column("power_w"), ITL: column("itl_s")}, idle_measured=column("idle_power_w"))
+    idle_measured = low_load_idle(triples, preds, column("power_w"), column("idle_power_w"))
+    at = running_columns(triples, preds, idle_measured, predictor.bundle)
+    from .assemble import evaluate
+
+    raw = evaluate(predictor.bundle, at)
+    learned = "server" in predictor.bundle.schema.domain.get("kinds", ())
+    busy = np.array([p.busy_fraction if w.kind == "server" and not learned else 1.0 for (_, _, w), p in zip(triples, preds)])
+    for i, (line, (g, _, w), v, p) in enumerate(zip(lines, triples, measured, preds)):
+        problem = check_run(g, w, v, p, float(at["roofline_itl_s"][i]), float(at["eff_batch"][i]))
+        if problem is not None:
+            raise WattGPUError(f"{origin}: line {line}: {problem}")
+    ttft_pred = np.array([math.nan if p.ttft_s is None else p.ttft_s for p in preds])
+    return Runs(triples=triples, gpus=[t[0].name for t in triples], specs=[t[0] for t in triples], cols=at,
+                predicted={POWER: np.array([p.power_w for p in preds]), ITL: np.array([p.itl_s for p in preds]),
+                           TTFT: ttft_pred},
+                measured={POWER: column("power_w"), ITL: column("itl_s"), TTFT: column("ttft_s")},
+                idle_measured=idle_measured, raw={POWER: np.asarray(raw[POWER]), ITL: np.asarray(raw[ITL])},
+                busy=busy, lines=lines)
+
+
+LOW_LOAD_BUSY = 0.3  # a server run busy at most this share of the time is mostly an idle reading
+
+
+def low_load_idle(triples: list[Any], preds: list[Any], power: np.ndarray, idle: np.ndarray) -> np.ndarray:
+    """``idle``, plus for a GPU without a reading the idle its low-load server runs imply (busy ≤ LOW_LOAD_BUSY)."""
+    out = np.array(idle, dtype=np.float64, copy=True)
+    names = [t[0].name for t in triples]
+    for name in sorted(set(names)):
+        rows = [i for i, n in enumerate(names) if n == name]
+        if np.isfinite(idle[rows]).any():
+            continue
+        for i in rows:
+            p, b = preds[i], preds[i].busy_fraction
+            if triples[i][2].kind != "server" or not b <= LOW_LOAD_BUSY or not np.isfinite(power[i]) or p.idle_power_w is None:
+                continue
+            busy_w = p.idle_power_w + (p.power_w - p.idle_power_w) / max(b, 1e-9)
+            out[i] = min(max((power[i] - b * busy_w) / (1.0 - b), 0.02 * triples[i][0].tdp_w), power[i])
+    return out
+
+
+ITL_RATIO_MAX = 20.0  # a measured ITL this many times the prediction is a unit mistake, not a slow GPU
+TTFT_RATIO_MAX = 20.0
+
+
+def check_run(gpu: Any, wl: Workload, v: dict[str, Any], p: Any, floor_s: float, batch: float) -> str | None:
+    """Why a run cannot be used (one line naming the likely mistake), or None; ITL against the floor at its running batch."""
+    itl, power, idle, ttft = v["itl_s"], v["power_w"], v["idle_power_w"], v["ttft_s"]
+    if itl is not None:
+        if itl > ITL_RATIO_MAX * p.itl_s:
+            return (f"itl_s = {itl:g} s/token is {itl / p.itl_s:.0f}× the prediction ({p.itl_s * 1e3:.3g} ms): "
+                    f"milliseconds typed as seconds? itl_s is in seconds ({itl:g} ms = {itl / 1e3:g} s)")
+        if itl < floor_s:
+            return (f"itl_s = {itl:g} s/token is below the floor of this {wl.kind} run on {gpu.name} "
+                    f"({floor_s * 1e3:.3g} ms, the roofline step at its running batch {batch:.3g}): is it 1 / throughput "
+                    "rather than one sequence's ITL, or the wrong llm, gpu, tp or dtype?")
+    if idle is not None:
+        anchor, where = idle, "given in idle_power_w"
+    elif gpu.idle_power_w is not None:
+        anchor, where = gpu.idle_power_w, "the catalog's"
+    else:  # no measured idle figure: only half the runtime's estimate is a safe lower bound
+        anchor, where = 0.5 * IDLE_FRACTION_OF_TDP * gpu.tdp_w, f"half the {IDLE_FRACTION_OF_TDP:.0%}-of-TDP estimate"
+    if idle is not None and idle >= gpu.tdp_w:
+        return (f"idle_power_w = {idle:g} W is at or above the TDP of {gpu.name} ({gpu.tdp_w:g} W): give one GPU's "
+                "idle power in watts")
+    if power is not None:
+        if power > gpu.tdp_w:
+            return (f"power_w = {power:g} W is above the TDP of {gpu.name} ({gpu.tdp_w:g} W): give the mean power "
+                    f"per GPU in watts (a tp group's total divided by tp; not mW)")
+        if power < anchor:
+            return (f"power_w = {power:g} W is below the idle power of {gpu.name} ({anchor:g} W, {where}): "
+                    "kW typed as W, or a log of an idle window or another GPU? If it idles lower, give idle_power_w")
+    if ttft is not None and p.ttft_s is not None and p.ttft_s > 0 and ttft > TTFT_RATIO_MAX * p.ttft_s:
+        return (f"ttft_s = {ttft:g} s is {ttft / p.ttft_s:.0f}× the prediction ({p.ttft_s * 1e3:.3g} ms): "
+                "milliseconds typed as seconds?")
+    return None
+
+
+def running_columns(triples: list[Any], preds: list[Any], idle_measured: np.ndarray, bundle: Any) -> dict[str, np.ndarray]:
+    """Each run's model columns: a server's at its running batch, with the runs' measured idle power where given."""
+    cols = F.columns(triples)
+    names = np.array([t[0].name for t in triples], dtype=object)
+    idle = np.array(cols["gpu_idle_power_w"], dtype=np.float64, copy=True)
+    for name in sorted(set(names.tolist())):
+        m = names == name
+        vals = idle_measured[m & np.isfinite(idle_measured)]
+        if vals.size:
+            idle[m] = float(np.mean(vals))
+    cols = {**cols, "gpu_idle_power_w": idle}
+    n = len(triples)
+    learned = "server" in bundle.schema.domain.get("kinds", ())
+    server = np.array([w.kind == "server" for _, _, w in triples])
+    out = F.with_concurrency(cols, np.arange(n), cols["wl_concurrency"], closed_loop=False)
+    if server.any():
+        idx = np.flatnonzero(server)
+        level = np.array([preds[i].effective_batch for i in idx], dtype=np.float64)
+        part = F.with_concurrency(cols, idx, level, closed_loop=not learned)
+        out = {k: np.array(v, dtype=np.float64, copy=True) for k, v in out.items()}
+        for k, v in part.items():
+            out[k][idx] = v
+    return out
 
 
 # ---- benchmark logs

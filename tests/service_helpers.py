@@ -21,7 +21,7 @@ def call(app: Any, method: str, path: str, body: Any = None, content: bytes | No
     import httpx
 
     async def go() -> Any:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app, raise_app_exceptions=False), base_url="http://test") as client:
             kw: dict[str, Any] = {"headers": headers}
             if content is not None:
                 kw["content"] = content

@@ -84,8 +84,8 @@ def test_committed_wheel_matches_the_tree(built: Path) -> None:
 # plan, calibration, peers and hostile-input code; the package page is docs/package.md, not the 55 KB
 # README), so the target is missed and reported as such. The test guards against further growth.
 # Issue 34 ships the HTTP service in the package (wattgpu/service: 15 KB compressed of Python, 5 KB of
-# page HTML/JS/CSS; its dependencies stay in the [serve] extra): the wheel is about 365 KB.
-WHEEL_BUDGET_BYTES = 370_000
+# page HTML/JS/CSS; its dependencies stay in the [serve] extra): about 21 KB more (365 KB on its branch).
+WHEEL_BUDGET_BYTES = 375_000
 
 
 def _runtime_requirements(wheel: Path) -> list[str]:

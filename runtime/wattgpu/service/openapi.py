@@ -83,9 +83,14 @@ def openapi_document() -> dict[str, Any]:
             "workload": ref("Workload"), **prices}},
         "Prediction": {"type": "object", "description": "Exactly `wattgpu predict --json`: Prediction.to_dict() "
                        "plus `energy`, and `sla` when an SLA was given.",
-                       "required": ["gpu", "llm", "power_w", "itl_s", "energy"]},
+                       "required": ["gpu", "llm", "power_w", "itl_s", "energy"],
+                       "properties": {"gpu": {"type": "string"}, "llm": {"type": "string"}, "power_w": _NUM,
+                                      "itl_s": _NUM, "energy": {"type": "object"}, "sla": {"type": "object"}}},
         "RankResult": {"type": "object", "description": "Exactly `wattgpu rank --json` (RankResult.to_dict()).",
-                       "required": ["llm", "candidates", "excluded"]},
+                       "required": ["llm", "candidates", "excluded"],
+                       "properties": {"llm": {"type": "string"}, "best": {"type": ["string", "null"]},
+                                      "candidates": {"type": "array", "items": {"type": "object"}},
+                                      "excluded": {"type": "array", "items": {"type": "object"}}}},
         "BatchResult": {"type": "object", "required": ["results", "predicted", "failed"], "properties": {
             "results": {"type": "array", "items": {"type": "object", "description":
                         "{row, prediction} or {row, error}, in the order of the rows"}},

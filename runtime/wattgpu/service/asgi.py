@@ -94,9 +94,11 @@ class Service:
         try:
             body = await self._body(request) if request is not None else {}
 
-            def job() -> Any:
+            def job() -> Response:
                 try:
-                    return work(body)
+                    result = work(body)
+                    # serialised here, off the event loop: a 10,000-row batch answer is megabytes
+                    return result if isinstance(result, Response) else _json(result)
                 finally:
                     self.gate.leave()
 
@@ -109,7 +111,7 @@ class Service:
                 raise ApiError(504, "timeout", "<request>",
                                f"the request took longer than {self.timeout_s:g} s; ask for less "
                                "(fewer GPUs or rows) or retry later") from None
-            return result if isinstance(result, Response) else _json(result)
+            return result
         except ApiError as err:
             return _error(err)
         finally:

@@ -6,7 +6,8 @@ import json
 from .helpers import run_py
 
 HEAVY = ("xgboost", "pandas", "onnx", "onnxmltools", "sklearn", "click", "skl2onnx",
-         "aiconfigurator", "aiconfigurator_core", "llm_analysis", "ecologits")  # the last four: compare-peers only
+         "aiconfigurator", "aiconfigurator_core", "llm_analysis", "ecologits",  # these four: compare-peers only
+         "starlette", "uvicorn", "httpx")  # the [serve] extra: wattgpu.service only
 
 
 def test_predict_imports_only_numpy_and_onnxruntime() -> None:
@@ -42,3 +43,21 @@ def test_runtime_sources_do_not_import_training_stack() -> None:
             assert not bad, f"{path.name} imports {bad}"
             if "click" in names:
                 assert path.name == "cli.py", f"{path.name} imports click (only cli.py may)"
+
+
+def test_only_the_service_package_imports_the_web_stack() -> None:
+    """starlette/uvicorn (the [serve] extra) are imported only under runtime/wattgpu/service/."""
+    import ast
+
+    from .helpers import REPO
+
+    root = REPO / "runtime/wattgpu"
+    for path in root.rglob("*.py"):
+        names: list[str] = []
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names += [a.name.split(".")[0] for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names.append(node.module.split(".")[0])
+        web = {"starlette", "uvicorn", "httpx", "fastapi", "mangum"} & set(names)
+        assert not web or path.parent == root / "service", f"{path.relative_to(root)} imports {web}"

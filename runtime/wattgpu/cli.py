@@ -233,30 +233,11 @@ def predict(llm: str | None, gpu: str | None, as_json: bool, usd_per_kwh: float 
         return
     if llm is None or gpu is None:
         raise WattGPUError("give --llm and --gpu (or --input FILE.csv --output FILE.csv)")
-    from .quant import with_dtype
+    from .answers import predict_answer
 
-    predictor = _predictor(models)
-    workload = make_workload(**wl)
-    spec = with_dtype(predictor.resolve_llm(llm), dtype)
-    sla: dict[str, Any] | None = None
-    if max_itl_ms is not None or max_ttft_ms is not None:
-        from .rank import check_sla_ms, search_caps
-
-        check_sla_ms(max_itl_ms, max_ttft_ms)
-        row = (predictor.resolve_gpu(gpu), spec, workload)
-        found, chosen, _, why = search_caps(predictor, [row], predictor.predict_specs_safe([row]), False,
-                                            max_itl_ms, max_ttft_ms)[0]
-        if isinstance(found, WattGPUError):
-            raise found
-        pred = found
-        sla = {"max_itl_ms": max_itl_ms, "max_ttft_ms": max_ttft_ms, "met": why is None,
-               "max_batch": chosen[2].max_batch, "reason": why}
-    else:
-        pred = predictor.predict(gpu, spec, workload)
-    p = pred.to_dict()
-    if sla is not None:
-        p["sla"] = sla  # only with an SLA: otherwise the CLI JSON equals Prediction.to_dict()
-    p["energy"] = pred.energy(usd_per_kwh, gco2_per_kwh, pue, usd_per_gpu_hour)
+    p = predict_answer(_predictor(models), gpu, llm, make_workload(**wl), dtype=dtype, max_itl_ms=max_itl_ms,
+                       max_ttft_ms=max_ttft_ms, prices=(usd_per_kwh, gco2_per_kwh, pue, usd_per_gpu_hour))
+    sla = p.get("sla")
     if as_json:
         click.echo(json.dumps(p, indent=2, sort_keys=True))
         return
@@ -371,8 +352,6 @@ def rank_cmd(llm: str, max_itl_ms: float | None, max_ttft_ms: float | None, stri
              as_json: bool, plot_path: str | None, replicas: str | None, max_utilization: float | None,
              dtype: str, models: str | None, **wl: Any) -> None:
     """Rank GPUs for serving one LLM: candidates by energy per token, excluded GPUs with the reason."""
-    from .rank import rank
-
     if plot_path is not None:
         from .plot import check_svg_path
 
@@ -383,18 +362,16 @@ def rank_cmd(llm: str, max_itl_ms: float | None, max_ttft_ms: float | None, stri
         wl["tp"] = "1"
     workload, predictor = make_workload(**wl), _predictor(models)
 
-    def ranked(tp: str | None) -> Any:
-        return rank(llm, workload, gpus=names, max_itl_ms=max_itl_ms, strict=strict, sort=sort,
-                    usd_per_kwh=usd_per_kwh, gco2_per_kwh=gco2_per_kwh, pue=pue, replicas=replicas, dtype=dtype,
-                    predictor=predictor, tp=tp, max_ttft_ms=max_ttft_ms, usd_per_gpu_hour=usd_per_gpu_hour,
-                    max_utilization=max_utilization)
+    from .answers import rank_result
 
-    res = ranked("auto" if auto else None)
     tp_given = click.get_current_context().get_parameter_source("tp") != click.core.ParameterSource.DEFAULT
-    if not tp_given and not res.candidates and res.excluded \
-            and all(x.reason_kind == "does_not_fit" for x in res.excluded):
+    res, fell_back = rank_result(predictor, llm, workload, tp_auto=auto, tp_given=tp_given, gpus=names,
+                                 max_itl_ms=max_itl_ms, strict=strict, sort=sort, usd_per_kwh=usd_per_kwh,
+                                 gco2_per_kwh=gco2_per_kwh, pue=pue, replicas=replicas, dtype=dtype,
+                                 max_ttft_ms=max_ttft_ms, usd_per_gpu_hour=usd_per_gpu_hour,
+                                 max_utilization=max_utilization)
+    if fell_back:
         # no single GPU holds the model: the question is then which group of GPUs, as --tp auto answers
-        res = ranked("auto")
         click.echo(f"note: {res.llm} does not fit on any of these GPUs alone; ranking tensor-parallel groups of "
                    "1, 2, 4 and 8 GPUs (--tp auto; pass --tp 1 for single GPUs only)", err=True)
     if plot_path is not None:
@@ -617,9 +594,9 @@ def llms(as_json: bool, models: str | None) -> None:
     pred.bundle.verify()
     cat = pred.catalog
     if as_json:
-        out = [m.to_dict() for m in cat.llms]
-        out += [{"name": n, "unsupported_reason": why} for n, why in cat.unsupported_llms]
-        click.echo(json.dumps(out, indent=2))
+        from .answers import llms_answer
+
+        click.echo(json.dumps(llms_answer(pred), indent=2))
         return
     lw = max(len(n) for n in [m.name for m in cat.llms] + [n for n, _ in cat.unsupported_llms])
     click.echo(f"{'LLM':<{lw}} {'params B':>9} {'active B':>9} {'class':<24}")
@@ -627,6 +604,19 @@ def llms(as_json: bool, models: str | None) -> None:
         click.echo(f"{m.name:<{lw}} {m.total_params_b:>9.2f} {m.active_params_b:>9.2f} {m.arch_class:<24}")
     for n, why in cat.unsupported_llms:
         click.echo(f"{n:<{lw}} {'':>9} {'':>9} unsupported: {why}")
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on (0.0.0.0 exposes it to the network: put it behind a proxy).")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
+@models_option
+@guarded
+def serve(host: str, port: int, models: str | None) -> None:
+    """Serve the JSON API and the GPU-picker page over HTTP (needs the extra: pip install "wattgpu[serve]")."""
+    from .service.run import serve as run_server
+
+    run_server(host, port, models)
 
 
 if __name__ == "__main__":

@@ -78,7 +78,10 @@ def check_number(entity: str, name: str, value: Any, lo: float, hi: float, unit:
     (and, for a value that a common unit slip explains, the unit it looks like)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise SpecValidationError(entity, name, value, f"a number in [{lo:g}, {hi:g}] {unit}")
-    v = float(value)
+    try:
+        v = float(value)
+    except OverflowError:  # an integer of hundreds of digits (JSON allows it): no float holds it
+        raise SpecValidationError(entity, name, value, f"a finite number in [{lo:g}, {hi:g}] {unit}") from None
     if not math.isfinite(v) or v < lo or v > hi:
         hint = unit_hint(v, lo, hi, unit) if math.isfinite(v) else ""
         raise SpecValidationError(entity, name, value, f"a finite number in [{lo:g}, {hi:g}] {unit}{hint}")

@@ -1,0 +1,77 @@
+"""The JSON answers of ``wattgpu predict|rank|llms --json``, built once for the CLI and the HTTP service.
+
+Each function takes resolved inputs (a Predictor, an LLM/GPU given as a name or a spec, a Workload)
+and returns the plain dict the CLI prints with ``--json``; :mod:`wattgpu.service` returns the same
+dicts as HTTP bodies, so the two cannot drift apart.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from .errors import WattGPUError
+from .rank import RankResult
+from .workload import Workload
+
+Prices = tuple[float | None, float | None, float, float | None]  # usd/kWh, gCO2/kWh, PUE, usd/GPU-hour
+
+
+def predict_answer(predictor: Any, gpu: Any, llm: Any, workload: Workload, *, dtype: str = "auto",
+                   max_itl_ms: float | None = None, max_ttft_ms: float | None = None,
+                   prices: Prices = (None, None, 1.0, None)) -> dict[str, Any]:
+    """``wattgpu predict --json``: ``Prediction.to_dict()`` plus ``energy``, and ``sla`` only when an SLA is
+    given (the batch cap 1, 2, 4, … that meets it at the lowest energy per token)."""
+    from .quant import with_dtype
+
+    spec = with_dtype(predictor.resolve_llm(llm), dtype)
+    sla: dict[str, Any] | None = None
+    if max_itl_ms is not None or max_ttft_ms is not None:
+        from .rank import check_sla_ms, search_caps
+
+        check_sla_ms(max_itl_ms, max_ttft_ms)
+        row = (predictor.resolve_gpu(gpu), spec, workload)
+        found, chosen, _, why = search_caps(predictor, [row], predictor.predict_specs_safe([row]), False,
+                                            max_itl_ms, max_ttft_ms)[0]
+        if isinstance(found, WattGPUError):
+            raise found
+        pred = found
+        sla = {"max_itl_ms": max_itl_ms, "max_ttft_ms": max_ttft_ms, "met": why is None,
+               "max_batch": chosen[2].max_batch, "reason": why}
+    else:
+        pred = predictor.predict(gpu, spec, workload)
+    p: dict[str, Any] = pred.to_dict()
+    if sla is not None:
+        p["sla"] = sla  # only with an SLA: otherwise the JSON equals Prediction.to_dict()
+    p["energy"] = pred.energy(*prices)
+    return p
+
+
+def rank_result(predictor: Any, llm: Any, workload: Workload, *, tp_auto: bool = False, tp_given: bool = True,
+                gpus: Sequence[Any] | None = None, **options: Any) -> tuple[RankResult, bool]:
+    """``wattgpu rank``: the RankResult, and whether it fell back to tensor-parallel groups.
+
+    ``tp_auto`` ranks groups of 1, 2, 4 and 8 GPUs. When the degree was not given (``tp_given`` False) and
+    no GPU holds the model alone, the ranking is redone as ``tp_auto`` (the question is then which group
+    of GPUs) and the second value is True. ``options`` are :func:`wattgpu.rank.rank`'s keywords."""
+    from .rank import rank
+
+    def ranked(tp: str | None) -> RankResult:
+        return rank(llm, workload, gpus=gpus, predictor=predictor, tp=tp, **options)
+
+    res = ranked("auto" if tp_auto else None)
+    if not tp_given and not res.candidates and res.excluded \
+            and all(x.reason_kind == "does_not_fit" for x in res.excluded):
+        return ranked("auto"), True
+    return res, False
+
+
+def rank_answer(predictor: Any, llm: Any, workload: Workload, **kwargs: Any) -> dict[str, Any]:
+    """``wattgpu rank --json``: ``RankResult.to_dict()`` of :func:`rank_result`."""
+    return rank_result(predictor, llm, workload, **kwargs)[0].to_dict()
+
+
+def llms_answer(predictor: Any) -> list[dict[str, Any]]:
+    """``wattgpu llms --json``: every catalog LLM's spec, then the unsupported ones with the reason."""
+    cat = predictor.catalog
+    out: list[dict[str, Any]] = [m.to_dict() for m in cat.llms]
+    out += [{"name": n, "unsupported_reason": why} for n, why in cat.unsupported_llms]
+    return out

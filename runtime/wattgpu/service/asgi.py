@@ -1,0 +1,358 @@
+"""The ASGI app: routes, the in-flight bound, body limits, timeouts and errors as data.
+
+Framework: Starlette (routing, requests/responses) under any ASGI server; see docs/service.md for why.
+Predictions are synchronous CPU work: each runs on a small thread pool, at most ``max_in_flight``
+requests are admitted at once (the next gets 503 with ``Retry-After``), and a request whose work
+outlasts ``timeout_s`` gets 504 (its thread finishes in the background and only then frees its slot,
+so the bound holds for the CPU work too).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from importlib import resources
+from typing import Any, Awaitable, Callable
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.routing import Route
+
+from ..answers import llms_answer, predict_answer, rank_result
+from ..errors import WattGPUError
+from . import inputs as I
+from .inputs import ApiError
+
+MAX_IN_FLIGHT = 256  # admitted requests (queued or computing); 200 concurrent clients fit
+TIMEOUT_S = 30.0
+WORKERS = max(2, min(8, (os.cpu_count() or 2)))
+STATIC = {"app.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
+
+
+class Gate:
+    """A thread-safe count of admitted requests, refused past ``limit``."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.count, self._lock = limit, 0, threading.Lock()
+
+    def enter(self) -> bool:
+        with self._lock:
+            if self.count >= self.limit:
+                return False
+            self.count += 1
+            return True
+
+    def leave(self) -> None:
+        with self._lock:
+            self.count -= 1
+
+
+def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    # compact (json's C encoder; indent would use the slow pure-Python one), keys sorted as the CLI prints them
+    body = json.dumps(data, sort_keys=True, allow_nan=False, separators=(",", ":"))
+    return Response(body, status_code=status, media_type="application/json", headers=headers)
+
+
+def _error(err: ApiError, headers: dict[str, str] | None = None) -> Response:
+    return _json(err.body(), err.status, headers)
+
+
+class Service:
+    """One predictor per process (created on first use and reused), the gate and the worker threads."""
+
+    def __init__(self, models: str | None, max_in_flight: int, timeout_s: float, workers: int) -> None:
+        self.models, self.timeout_s = models, timeout_s
+        self.gate = Gate(max_in_flight)
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="wattgpu")
+        self._predictor: Any = None
+        self._lock = threading.Lock()
+
+    def predictor(self) -> Any:
+        if self._predictor is None:
+            with self._lock:
+                if self._predictor is None:
+                    from ..predictor import Predictor, check_bundle_dir, default_predictor
+
+                    if self.models:
+                        check_bundle_dir(self.models, "--models")
+                        self._predictor = Predictor(self.models)
+                    else:
+                        self._predictor = default_predictor()
+        return self._predictor
+
+    async def run(self, request: Request | None, work: Callable[[dict[str, Any]], Any]) -> Response:
+        """Admit, read the body (POST), run ``work(body)`` on a worker thread under the timeout."""
+        if not self.gate.enter():
+            return _error(ApiError(503, "busy", "<server>",
+                                   f"the server has {self.gate.limit} requests in flight; retry in a second"),
+                          {"Retry-After": "1"})
+        handed_off = False
+        try:
+            body = await self._body(request) if request is not None else {}
+
+            def job() -> Response:
+                try:
+                    result = work(body)
+                    # serialised here, off the event loop: a 10,000-row batch answer is megabytes
+                    return result if isinstance(result, Response) else _json(result)
+                finally:
+                    self.gate.leave()
+
+            future = asyncio.get_running_loop().run_in_executor(self.pool, job)
+            handed_off = True
+            try:
+                result = await asyncio.wait_for(asyncio.shield(future), self.timeout_s)
+            except asyncio.TimeoutError:
+                future.add_done_callback(_consume)
+                raise ApiError(504, "timeout", "<request>",
+                               f"the request took longer than {self.timeout_s:g} s; ask for less "
+                               "(fewer GPUs or rows) or retry later") from None
+            return result
+        except ApiError as err:
+            return _error(err)
+        finally:
+            if not handed_off:
+                self.gate.leave()
+
+    async def _body(self, request: Request) -> dict[str, Any]:
+        declared = request.headers.get("content-length")
+        if declared is not None and (not declared.strip().isdigit() or int(declared) > I.MAX_BODY_BYTES):
+            raise _too_large()
+
+        async def read() -> bytes:
+            chunks, size = [], 0
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > I.MAX_BODY_BYTES:
+                    raise _too_large()
+                chunks.append(chunk)
+            return b"".join(chunks)
+
+        try:
+            raw = await asyncio.wait_for(read(), self.timeout_s)
+        except asyncio.TimeoutError:
+            raise ApiError(408, "timeout", "<body>", f"the request body did not arrive within {self.timeout_s:g} s") from None
+        return I.parse_body(raw)
+
+
+def _consume(future: "asyncio.Future[Any]") -> None:
+    """Retrieve a timed-out job's outcome so asyncio does not log it as never retrieved."""
+    if not future.cancelled():
+        future.exception()
+
+
+def _too_large() -> ApiError:
+    return ApiError(413, "too_large", "<body>",
+                    f"request body over {I.MAX_BODY_BYTES} bytes (1 MiB); send fewer rows per request")
+
+
+def _guard(where: str, fn: Callable[[], Any]) -> Any:
+    """Run ``fn``; a WattGPU error becomes the error record of request field ``where``."""
+    try:
+        return fn()
+    except WattGPUError as exc:
+        raise I.from_wattgpu_error(exc, where) from None
+
+
+# ---------------------------------------------------------------- work (runs on a worker thread)
+def _dtype(body: dict[str, Any]) -> str:
+    dtype = body.get("dtype", "auto")
+    if not isinstance(dtype, str):
+        raise ApiError(422, "invalid_field", "dtype", f"dtype = {dtype!r:.60} is invalid; expected a string such as "
+                                                      "'auto', 'bfloat16', 'fp8', 'int4'")
+    return dtype
+
+
+def predict_work(svc: Service, body: dict[str, Any]) -> dict[str, Any]:
+    I.check_keys(body, I.PREDICT_KEYS, "predict")
+    for key in ("gpu", "llm"):
+        if key not in body:
+            raise ApiError(422, "missing_field", key, f"{key}: required (a catalog name or an inline JSON object)")
+    pred = _guard("<server>", svc.predictor)
+    gpu = I.gpu_input(pred, body["gpu"])
+    llm = I.llm_input(pred, body["llm"])
+    workload = I.workload_input(body.get("workload"))
+    max_itl_ms, max_ttft_ms = I.sla_input(body.get("sla"))
+    dtype = _dtype(body)
+    return _guard("<request>", lambda: predict_answer(pred, gpu, llm, workload, dtype=dtype, max_itl_ms=max_itl_ms,
+                                                      max_ttft_ms=max_ttft_ms, prices=I.prices_input(body)))
+
+
+def rank_work(svc: Service, body: dict[str, Any]) -> dict[str, Any]:
+    I.check_keys(body, I.RANK_KEYS, "rank")
+    if "llm" not in body:
+        raise ApiError(422, "missing_field", "llm", "llm: required (a catalog id or an inline config.json object)")
+    pred = _guard("<server>", svc.predictor)
+    llm = I.llm_input(pred, body["llm"])
+    wl = body.get("workload")
+    wl_fields = dict(wl) if isinstance(wl, dict) else wl
+    tp = body.get("tp")
+    tp_auto = isinstance(tp, str) and tp.strip().lower() == "auto"
+    if tp is not None and not tp_auto:
+        if isinstance(wl_fields, dict):
+            wl_fields["tp"] = tp
+        elif wl_fields is None:
+            wl_fields = {"tp": tp}
+    workload = I.workload_input(wl_fields)
+    tp_given = tp is not None or (isinstance(wl, dict) and "tp" in wl)
+    gpus = body.get("gpus")
+    if gpus is not None:
+        if not isinstance(gpus, list):
+            raise ApiError(422, "invalid_field", "gpus", "gpus: expected an array of GPU names or inline spec objects")
+        if len(gpus) > 10_000:
+            raise ApiError(422, "invalid_field", "gpus", f"gpus: {len(gpus)} entries; at most 10,000 can be ranked at once")
+        gpus = [I.gpu_input(pred, g, "gpus") for g in gpus]
+    max_itl_ms, max_ttft_ms = I.sla_input(body.get("sla"))
+    usd, gco2, pue, rent = I.prices_input(body)
+    options = dict(max_itl_ms=max_itl_ms, max_ttft_ms=max_ttft_ms, strict=body.get("strict", False),
+                   sort=body.get("sort", "energy"), usd_per_kwh=usd, gco2_per_kwh=gco2, pue=pue,
+                   usd_per_gpu_hour=rent, replicas=body.get("replicas"), max_utilization=body.get("max_utilization"),
+                   dtype=_dtype(body))
+    res, _ = _guard("<request>", lambda: rank_result(pred, llm, workload, tp_auto=tp_auto, tp_given=tp_given,
+                                                     gpus=gpus, **options))
+    return res.to_dict()
+
+
+def batch_work(svc: Service, body: dict[str, Any]) -> dict[str, Any]:
+    """Many rows in one vectorised pass; a bad row answers its own error record, the others still run."""
+    I.check_keys(body, I.BATCH_KEYS, "predict/batch")
+    rows = body.get("rows")
+    if not isinstance(rows, list) or not rows:
+        raise ApiError(422, "invalid_field", "rows", "rows: expected a non-empty array of {gpu, llm, workload} objects")
+    if len(rows) > I.MAX_BATCH_ROWS:
+        raise ApiError(422, "invalid_field", "rows",
+                       f"rows: {len(rows)} rows; at most {I.MAX_BATCH_ROWS:,} per request")
+    defaults = body.get("workload")
+    if defaults is not None and not isinstance(defaults, dict):
+        raise ApiError(422, "invalid_field", "workload", "workload: expected an object of default workload fields")
+    I.workload_input(defaults)  # bad defaults fail the request, not every row
+    prices = I.prices_input(body)
+    from ..energy import check_prices
+
+    _guard("<request>", lambda: check_prices(*prices))
+    pred = _guard("<server>", svc.predictor)
+    out: list[dict[str, Any] | None] = [None] * len(rows)
+    triples, where = [], []
+    cache: dict[tuple[str, str], Any] = {}
+
+    def cached(kind: str, value: Any, make: Callable[[], Any]) -> Any:
+        if not isinstance(value, str):
+            return make()
+        if (kind, value) not in cache:
+            cache[(kind, value)] = make()
+        return cache[(kind, value)]
+
+    for k, row in enumerate(rows):
+        try:
+            if not isinstance(row, dict):
+                raise ApiError(422, "invalid_field", "row", "row: expected an object {gpu, llm, workload}")
+            I.check_keys(row, I.BATCH_ROW_KEYS, "row")
+            for key in ("gpu", "llm"):
+                if key not in row:
+                    raise ApiError(422, "missing_field", key, f"{key}: required in every row")
+            g = cached("gpu", row["gpu"], lambda: I.gpu_input(pred, row["gpu"]))
+            m = cached("llm", row["llm"], lambda: I.llm_input(pred, row["llm"]))
+            w = I.workload_input(row.get("workload"), defaults=defaults)
+        except ApiError as err:
+            out[k] = {"row": k, **err.body()}
+            continue
+        triples.append((g, m, w))
+        where.append(k)
+    results = pred.predict_specs_safe(triples) if triples else []
+    for k, r in zip(where, results):
+        if isinstance(r, WattGPUError):
+            out[k] = {"row": k, **I.from_wattgpu_error(r).body()}
+        else:
+            d = r.to_dict()
+            d["energy"] = r.energy(*prices)
+            out[k] = {"row": k, "prediction": d}
+    failed = sum(1 for o in out if o is not None and "error" in o)
+    return {"results": out, "predicted": len(out) - failed, "failed": failed}
+
+
+# ---------------------------------------------------------------- the app
+def _static(name: str) -> bytes:
+    return resources.files("wattgpu.service").joinpath("static").joinpath(name).read_bytes()
+
+
+def create_app(models: str | None = None, *, max_in_flight: int = MAX_IN_FLIGHT, timeout_s: float = TIMEOUT_S,
+               workers: int = WORKERS) -> Starlette:
+    """The ASGI app over the bundle ``models`` (default ``$WATTGPU_MODELS``, else the packaged one)."""
+    from .openapi import docs_html, openapi_document
+
+    svc = Service(models, max_in_flight, timeout_s, workers)
+    page = {name: _static(name) for name in ("index.html", *STATIC)}
+    spec = openapi_document()
+
+    def post(work: Callable[[Service, dict[str, Any]], Any]) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            return await svc.run(request, lambda body: work(svc, body))
+        return endpoint
+
+    def get(work: Callable[[Service], Any]) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            return await svc.run(None, lambda _: work(svc))
+        return endpoint
+
+    async def healthz(request: Request) -> Response:
+        from .. import __version__
+
+        return _json({"status": "ok", "version": __version__})
+
+    def gpus(s: Service) -> Any:
+        from ..listing import gpu_rows
+
+        pred = _guard("<server>", s.predictor)
+        _guard("<server>", pred.bundle.verify)
+        return gpu_rows(pred.bundle)
+
+    def llms(s: Service) -> Any:
+        pred = _guard("<server>", s.predictor)
+        _guard("<server>", pred.bundle.verify)
+        return llms_answer(pred)
+
+    async def index(request: Request) -> Response:
+        return Response(page["index.html"], media_type="text/html; charset=utf-8")
+
+    async def static(request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in STATIC:
+            raise HTTPException(404)
+        return Response(page[name], media_type=STATIC[name])
+
+    async def openapi(request: Request) -> Response:
+        return _json(spec)
+
+    async def docs(request: Request) -> Response:
+        return HTMLResponse(docs_html(spec))
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        status = getattr(exc, "status_code", 400)
+        kind = {404: "not_found", 405: "method_not_allowed"}.get(status, "http_error")
+        msg = {404: f"no such endpoint {request.url.path[:80]!r}; see GET /openapi.json",
+               405: f"{request.method} is not allowed on {request.url.path[:80]!r}; see GET /openapi.json"
+               }.get(status, str(getattr(exc, "detail", "")) or "bad request")
+        return _error(ApiError(status, kind, "<path>", msg))
+
+    async def internal(request: Request, exc: Exception) -> Response:  # a bug: still data, one line
+        return _error(ApiError(500, "internal", "<server>",
+                               f"internal error ({exc.__class__.__name__}); please report it"))
+
+    routes = [
+        Route("/", index), Route("/static/{name}", static), Route("/healthz", healthz),
+        Route("/openapi.json", openapi), Route("/docs", docs),
+        Route("/v1/gpus", get(gpus)), Route("/v1/llms", get(llms)),
+        Route("/v1/predict", post(predict_work), methods=["POST"]),
+        Route("/v1/predict/batch", post(batch_work), methods=["POST"]),
+        Route("/v1/rank", post(rank_work), methods=["POST"]),
+    ]
+    app = Starlette(routes=routes, exception_handlers={HTTPException: http_error, Exception: internal})
+    app.state.service = svc
+    return app
+
+
+app = create_app()

@@ -1,0 +1,201 @@
+"""HTTP request bodies → the runtime's inputs, and WattGPU errors → ``{"error": {kind, field, message}}``.
+
+No web framework here: these functions are plain Python, shared by the app and its tests. A server
+never reads a file a client names: a GPU or LLM is a catalog name or an inline JSON object, and a
+string written as a path is refused before any filesystem call.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from dataclasses import field as dc_field
+from typing import Any, Mapping
+
+from ..errors import (AmbiguousNameError, ArtifactError, ConfigFileError, ModelFitError, SpecValidationError,
+                      UnknownEntityError, UnsupportedModelError, WattGPUError, _short)
+from ..specs import GpuSpec, LlmSpec
+from ..workload import Workload
+
+MAX_BODY_BYTES = 1 << 20  # 1 MiB
+MAX_BATCH_ROWS = 10_000
+PRICE_KEYS = ("usd_per_kwh", "gco2_per_kwh", "pue", "usd_per_gpu_hour")
+SLA_KEYS = ("max_itl_ms", "max_ttft_ms", "max_itl_s", "max_ttft_s")
+PREDICT_KEYS = frozenset({"gpu", "llm", "workload", "dtype", "sla", *PRICE_KEYS})
+RANK_KEYS = frozenset({"llm", "workload", "dtype", "sla", "gpus", "tp", "replicas", "max_utilization", "strict",
+                       "sort", *PRICE_KEYS})
+BATCH_KEYS = frozenset({"rows", "workload", *PRICE_KEYS})
+BATCH_ROW_KEYS = frozenset({"gpu", "llm", "workload"})
+
+
+@dataclass
+class ApiError(Exception):
+    """An error answered as data: HTTP ``status`` and ``{"error": {kind, field, message, …}}``."""
+
+    status: int
+    kind: str
+    field: str
+    message: str
+    extra: dict[str, Any] = dc_field(default_factory=dict)
+
+    def body(self) -> dict[str, Any]:
+        one_line = self.message.replace("\r", "\\r").replace("\n", "\\n")
+        return {"error": {"kind": self.kind, "field": self.field, "message": one_line, **self.extra}}
+
+
+_FIELD_PREFIX = re.compile(r"^([A-Za-z_][A-Za-z_0-9]*)(?:\[\d+\])?\s*(?::|=| is | must )")
+
+
+def from_wattgpu_error(exc: WattGPUError, where: str = "<request>") -> ApiError:
+    """The HTTP status and error record of a WattGPU error, with the CLI's one-line message.
+
+    ``where`` is the request field being read when ``exc`` was raised (used when the error itself
+    does not name a field)."""
+    msg = str(exc)
+    if isinstance(exc, UnknownEntityError):  # AmbiguousNameError too
+        kind = ("ambiguous_" if isinstance(exc, AmbiguousNameError) else "unknown_") + exc.kind.lower()
+        return ApiError(404, kind, where if where != "<request>" else exc.kind.lower(), msg,
+                        {"matches": list(exc.suggestions)})
+    if isinstance(exc, ArtifactError):
+        return ApiError(503, "model_artifacts", "<server>", msg)
+    if isinstance(exc, ConfigFileError):
+        return ApiError(422, "invalid_config", where, msg)
+    if isinstance(exc, ModelFitError):
+        return ApiError(422, "does_not_fit", where, msg)
+    if isinstance(exc, UnsupportedModelError):
+        return ApiError(422, "unsupported_model", where, msg)
+    name = exc.field if isinstance(exc, SpecValidationError) else None
+    if name is None:
+        m = _FIELD_PREFIX.match(msg)
+        name = m.group(1) if m else None
+    return ApiError(422, "invalid_field", str(name) if name else where, msg)
+
+
+def parse_body(raw: bytes) -> dict[str, Any]:
+    """A request body as a JSON object; 400 for anything that is not strict JSON holding an object."""
+    from ..safeio import parse_json_bytes
+
+    try:
+        data = parse_json_bytes(raw, "request body", "request")
+    except ConfigFileError as exc:
+        raise ApiError(400, "malformed_json", "<body>", str(exc)) from None
+    if not isinstance(data, dict):
+        raise ApiError(400, "malformed_request", "<body>",
+                       f"request body: expected a JSON object, got a JSON {_json_kind(data)}")
+    return data
+
+
+def _json_kind(value: Any) -> str:
+    return {list: "array", str: "string", bool: "boolean", type(None): "null"}.get(type(value), "number")
+
+
+def check_keys(data: Mapping[str, Any], allowed: frozenset[str], where: str) -> None:
+    """Refuse an unknown key by name (a typo must not be silently ignored)."""
+    unknown = sorted(k for k in data if k not in allowed)
+    if unknown:
+        raise ApiError(422, "invalid_field", unknown[0],
+                       f"{where}: unknown field {_short(unknown[0])}; expected one of {', '.join(sorted(allowed))}")
+
+
+def looks_like_client_path(text: str) -> bool:
+    """True for a string written as a file path (``/x``, ``./x``, ``~/x``, ``x.json``, ``x/``, ``a\\b``,
+    ``..``, ``C:``): judged from the text alone, with no filesystem call. Hugging Face ids
+    (``org/name``) are not paths."""
+    return (text.startswith(("/", ".", "~", "\\", "file:")) or text.endswith((".json", "/", "\\"))
+            or "\\" in text or "\x00" in text or "/../" in text or "/./" in text or bool(re.match(r"^[A-Za-z]:", text)))
+
+
+def _refuse_path(what: str, text: str) -> ApiError:
+    return ApiError(422, "path_refused", what,
+                    f"{what}: {_short(text)} looks like a file path; the service never reads files a client names. "
+                    f"Send a catalog name (GET /v1/{what}s) or the {'config.json' if what == 'llm' else 'spec'} "
+                    "as an inline JSON object")
+
+
+def gpu_input(predictor: Any, value: Any, what: str = "gpu") -> GpuSpec:
+    """A GPU: a catalog name or alias, or an inline spec object (the fields of a GPU spec JSON file)."""
+    try:
+        if isinstance(value, str):
+            hit = predictor.catalog.find_gpu(value)
+            if hit is not None:
+                return hit
+            if looks_like_client_path(value):
+                raise _refuse_path("gpu", value)
+            return predictor.catalog.gpu(value)
+        if isinstance(value, dict):
+            return GpuSpec.from_dict(value, entity="GPU (inline spec)")
+    except WattGPUError as exc:
+        raise from_wattgpu_error(exc, what) from None
+    raise ApiError(422, "invalid_field", what,
+                   f"{what}: expected a catalog name or an inline GPU spec object, got a JSON {_json_kind(value)}")
+
+
+def llm_input(predictor: Any, value: Any, what: str = "llm") -> LlmSpec:
+    """An LLM: a catalog id, or an inline Hugging Face ``config.json`` object (named by its
+    ``_name_or_path``, else ``user-llm``)."""
+    from ..hfconfig import llm_from_hf_config
+
+    try:
+        if isinstance(value, str):
+            hit = predictor.catalog.find_llm(value)
+            if hit is not None:
+                return hit
+            if looks_like_client_path(value):
+                raise _refuse_path("llm", value)
+            return predictor.catalog.llm(value)
+        if isinstance(value, dict):
+            given = value.get("_name_or_path")
+            name = given.strip()[:200] if isinstance(given, str) and given.strip() else "user-llm"
+            return llm_from_hf_config(value, name=name, source="inline config.json (request body)")
+    except WattGPUError as exc:
+        raise from_wattgpu_error(exc, what) from None
+    raise ApiError(422, "invalid_field", what,
+                   f"{what}: expected a catalog id or an inline config.json object, got a JSON {_json_kind(value)}")
+
+
+def workload_input(value: Any, what: str = "workload", defaults: Mapping[str, Any] | None = None) -> Workload:
+    """Workload fields as an object; as on the command line, ``kind`` defaults to ``server`` when ``qps``
+    is given, else ``offline``."""
+    if value is None:
+        value = {}
+    if not isinstance(value, dict):
+        raise ApiError(422, "invalid_field", what,
+                       f"{what}: expected an object of workload fields, got a JSON {_json_kind(value)}")
+    fields = {**(defaults or {}), **value}
+    if "kind" not in fields:
+        fields["kind"] = "server" if fields.get("qps") is not None else "offline"
+    try:
+        return Workload.from_dict(fields)
+    except WattGPUError as exc:
+        err = from_wattgpu_error(exc, what)
+        if err.field not in (what, "<request>") and not err.field.startswith(f"{what}."):
+            err.field = f"{what}.{err.field}"
+        raise err from None
+
+
+def sla_input(value: Any) -> tuple[float | None, float | None]:
+    """``sla`` as (max ITL ms, max TTFT ms): ``max_itl_ms``/``max_ttft_ms``, or the same in seconds
+    (``max_itl_s``/``max_ttft_s``); at most one unit per limit."""
+    if value is None:
+        return None, None
+    if not isinstance(value, dict):
+        raise ApiError(422, "invalid_field", "sla", f"sla: expected an object, got a JSON {_json_kind(value)}")
+    check_keys(value, frozenset(SLA_KEYS), "sla")
+    out: list[float | None] = []
+    for name in ("itl", "ttft"):
+        ms, s = value.get(f"max_{name}_ms"), value.get(f"max_{name}_s")
+        if ms is not None and s is not None:
+            raise ApiError(422, "invalid_field", f"sla.max_{name}_s",
+                           f"sla: give max_{name}_ms or max_{name}_s, not both")
+        if s is not None:
+            if not isinstance(s, (int, float)) or isinstance(s, bool):
+                raise ApiError(422, "invalid_field", f"sla.max_{name}_s",
+                               f"sla.max_{name}_s = {_short(s)} is invalid; expected a number of seconds")
+            ms = s * 1e3
+        out.append(ms)
+    return out[0], out[1]
+
+
+def prices_input(data: Mapping[str, Any]) -> tuple[Any, Any, Any, Any]:
+    """(usd_per_kwh, gco2_per_kwh, pue, usd_per_gpu_hour); the runtime checks the values."""
+    pue = data.get("pue", 1.0)
+    return data.get("usd_per_kwh"), data.get("gco2_per_kwh"), pue, data.get("usd_per_gpu_hour")

@@ -1,0 +1,143 @@
+"""The OpenAPI 3.1 description of the service, written by hand from the runtime's own definitions
+(workload fields and choices come from :mod:`wattgpu.workload`), and a small human docs page."""
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import MISSING, fields
+from typing import Any
+
+from ..workload import ENGINE_ERAS, ITL_STATS, KINDS, KV_CACHE_DTYPES, Workload
+from .inputs import MAX_BATCH_ROWS, MAX_BODY_BYTES
+
+_NUM = {"type": "number"}
+_OPT_NUM = {"type": ["number", "null"]}
+
+
+def _workload_schema() -> dict[str, Any]:
+    enums = {"kind": list(KINDS), "kv_cache_dtype": list(KV_CACHE_DTYPES), "engine_era": list(ENGINE_ERAS),
+             "itl_stat": list(ITL_STATS)}
+    props: dict[str, Any] = {}
+    for f in fields(Workload):
+        t = str(f.type)
+        base = "integer" if t.startswith("int") else "number" if t.startswith("float") else "string"
+        prop: dict[str, Any] = {"type": [base, "null"] if "None" in t else base}
+        if f.name in enums:
+            prop["enum"] = enums[f.name]
+        if f.default is not MISSING:
+            prop["default"] = f.default
+        props[f.name] = prop
+    props["kind"]["description"] = "Default: server when qps is given, else offline (as on the command line)."
+    return {"type": "object", "properties": props, "additionalProperties": False,
+            "description": "Workload fields (wattgpu.Workload); unknown fields are refused by name."}
+
+
+def openapi_document() -> dict[str, Any]:
+    """The OpenAPI 3.1 document served at ``GET /openapi.json``."""
+    from .. import __version__
+
+    ref = lambda name: {"$ref": f"#/components/schemas/{name}"}  # noqa: E731
+    err = lambda text: {"description": text, "content": {"application/json": {"schema": ref("Error")}}}  # noqa: E731
+    errors = {"400": err("Malformed JSON, or a body that is not a JSON object"),
+              "404": err("Unknown GPU or LLM; `matches` lists the close catalog names"),
+              "413": err(f"Body over {MAX_BODY_BYTES} bytes (1 MiB)"),
+              "422": err("An invalid field (named in `field`), a path-like name, or a model that does not fit"),
+              "503": err("Too many requests in flight (see the Retry-After header), or damaged model files"),
+              "504": err("The request took longer than the server's timeout")}
+    body = lambda name: {"required": True, "content": {"application/json": {"schema": ref(name)}}}  # noqa: E731
+    ok = lambda text, schema: {"description": text,  # noqa: E731
+                               "content": {"application/json": {"schema": schema}}}
+    sla = {"type": "object", "additionalProperties": False, "properties": {
+        "max_itl_ms": _NUM, "max_ttft_ms": _NUM, "max_itl_s": _NUM, "max_ttft_s": _NUM},
+        "description": "Latency SLA; each limit in ms or s (not both). The engine batch cap is searched to meet it."}
+    prices = {"usd_per_kwh": _OPT_NUM, "gco2_per_kwh": _OPT_NUM, "pue": {"type": "number", "default": 1.0},
+              "usd_per_gpu_hour": _OPT_NUM}
+    gpu = {"oneOf": [{"type": "string", "description": "Catalog name or alias (GET /v1/gpus)"},
+                     {"type": "object", "description": "Inline GPU spec: the fields of a GPU spec JSON file "
+                      "(name, tdp_w, memory_size_gb, memory_bandwidth_gb_s, fp16_tflops, transistors_million, "
+                      "release_year, …)"}]}
+    llm = {"oneOf": [{"type": "string", "description": "Catalog id (GET /v1/llms)"},
+                     {"type": "object", "description": "Inline Hugging Face config.json content"}]}
+    schemas: dict[str, Any] = {
+        "Error": {"type": "object", "required": ["error"], "properties": {"error": {
+            "type": "object", "required": ["kind", "field", "message"], "properties": {
+                "kind": {"type": "string"}, "field": {"type": "string"}, "message": {"type": "string"},
+                "matches": {"type": "array", "items": {"type": "string"}}}}}},
+        "Workload": _workload_schema(),
+        "Gpu": gpu, "Llm": llm, "Sla": sla,
+        "PredictRequest": {"type": "object", "required": ["gpu", "llm"], "additionalProperties": False,
+                           "properties": {"gpu": ref("Gpu"), "llm": ref("Llm"), "workload": ref("Workload"),
+                                          "dtype": {"type": "string", "default": "auto"}, "sla": ref("Sla"), **prices}},
+        "RankRequest": {"type": "object", "required": ["llm"], "additionalProperties": False, "properties": {
+            "llm": ref("Llm"), "workload": ref("Workload"), "sla": ref("Sla"),
+            "gpus": {"type": "array", "items": ref("Gpu"), "maxItems": 10_000},
+            "tp": {"oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "enum": ["auto"]}]},
+            "replicas": {"oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "enum": ["auto"]}]},
+            "max_utilization": _OPT_NUM, "strict": {"type": "boolean", "default": False},
+            "sort": {"type": "string", "enum": ["energy", "power", "itl"], "default": "energy"},
+            "dtype": {"type": "string", "default": "auto"}, **prices}},
+        "BatchRequest": {"type": "object", "required": ["rows"], "additionalProperties": False, "properties": {
+            "rows": {"type": "array", "minItems": 1, "maxItems": MAX_BATCH_ROWS, "items": {
+                "type": "object", "required": ["gpu", "llm"], "additionalProperties": False,
+                "properties": {"gpu": ref("Gpu"), "llm": ref("Llm"), "workload": ref("Workload")}}},
+            "workload": ref("Workload"), **prices}},
+        "Prediction": {"type": "object", "description": "Exactly `wattgpu predict --json`: Prediction.to_dict() "
+                       "plus `energy`, and `sla` when an SLA was given.",
+                       "required": ["gpu", "llm", "power_w", "itl_s", "energy"],
+                       "properties": {"gpu": {"type": "string"}, "llm": {"type": "string"}, "power_w": _NUM,
+                                      "itl_s": _NUM, "energy": {"type": "object"}, "sla": {"type": "object"}}},
+        "RankResult": {"type": "object", "description": "Exactly `wattgpu rank --json` (RankResult.to_dict()).",
+                       "required": ["llm", "candidates", "excluded"],
+                       "properties": {"llm": {"type": "string"}, "best": {"type": ["string", "null"]},
+                                      "candidates": {"type": "array", "items": {"type": "object"}},
+                                      "excluded": {"type": "array", "items": {"type": "object"}}}},
+        "BatchResult": {"type": "object", "required": ["results", "predicted", "failed"], "properties": {
+            "results": {"type": "array", "items": {"type": "object", "description":
+                        "{row, prediction} or {row, error}, in the order of the rows"}},
+            "predicted": {"type": "integer"}, "failed": {"type": "integer"}}},
+    }
+    any_list = {"type": "array", "items": {"type": "object"}}
+    paths = {
+        "/healthz": {"get": {"summary": "Liveness", "operationId": "healthz", "responses": {
+            "200": ok("The server is up", {"type": "object", "properties": {"status": {"type": "string"},
+                                                                            "version": {"type": "string"}}})}}},
+        "/v1/gpus": {"get": {"summary": "Catalog GPUs (= wattgpu gpus --json)", "operationId": "gpus",
+                             "responses": {"200": ok("Every catalog GPU", any_list), "503": errors["503"]}}},
+        "/v1/llms": {"get": {"summary": "Catalog LLMs (= wattgpu llms --json)", "operationId": "llms",
+                             "responses": {"200": ok("Every catalog LLM", any_list), "503": errors["503"]}}},
+        "/v1/predict": {"post": {"summary": "One GPU, one LLM (= wattgpu predict --json)", "operationId": "predict",
+                                 "requestBody": body("PredictRequest"),
+                                 "responses": {"200": ok("The prediction", ref("Prediction")), **errors}}},
+        "/v1/predict/batch": {"post": {"summary": f"Up to {MAX_BATCH_ROWS:,} rows in one vectorised pass",
+                                       "operationId": "predictBatch", "requestBody": body("BatchRequest"),
+                                       "responses": {"200": ok("One result per row", ref("BatchResult")), **errors}}},
+        "/v1/rank": {"post": {"summary": "Rank GPUs for one LLM (= wattgpu rank --json)", "operationId": "rank",
+                              "requestBody": body("RankRequest"),
+                              "responses": {"200": ok("Candidates and excluded GPUs", ref("RankResult")), **errors}}},
+    }
+    return {"openapi": "3.1.0",
+            "info": {"title": "WattGPU", "version": __version__,
+                     "description": "Mean GPU power, inter-token latency and time to first token of serving an "
+                                    "LLM on NVIDIA GPUs, predicted from public metadata."},
+            "paths": paths, "components": {"schemas": schemas}}
+
+
+def docs_html(spec: dict[str, Any]) -> str:
+    """A plain HTML page listing each endpoint and its request schema (no scripts, no CDN)."""
+    parts = ["<!doctype html><html lang='en'><head><meta charset='utf-8'><title>WattGPU API</title>"
+             "<link rel='stylesheet' href='/static/style.css'></head><body><main>",
+             "<h1>WattGPU API</h1><p>Machine-readable: <a href='/openapi.json'>/openapi.json</a> (OpenAPI 3.1). "
+             "The page: <a href='/'>/</a>. Errors are <code>{\"error\": {\"kind\", \"field\", \"message\"}}</code>.</p>"]
+    schemas = spec["components"]["schemas"]
+    for path, ops in spec["paths"].items():
+        for method, op in ops.items():
+            parts.append(f"<h2><code>{method.upper()} {html.escape(path)}</code></h2><p>{html.escape(op['summary'])}</p>")
+            req = op.get("requestBody")
+            if req:
+                name = req["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[-1]
+                parts.append(f"<details><summary>Request body ({name})</summary><pre>"
+                             f"{html.escape(json.dumps(schemas[name], indent=2))}</pre></details>")
+            codes = ", ".join(f"{c} {html.escape(r['description'])}" for c, r in op["responses"].items())
+            parts.append(f"<p>Responses: {codes}</p>")
+    parts.append("</main></body></html>")
+    return "".join(parts)

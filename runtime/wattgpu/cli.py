@@ -320,6 +320,8 @@ def ttft_text(p: dict[str, Any]) -> str:
         return "unbounded: the queue grows without limit (overloaded)"
     b = p["ttft_breakdown"]
     parts = f"prefill {dur(b['prefill_s'])} in {b['prefill_steps']} step(s) of ≤ {b['prefill_budget_tokens']} tokens"
+    if b.get("prefill_allreduce_s", 0.0) >= 5e-5:
+        parts += f" (incl. all-reduces {dur(b['prefill_allreduce_s'])})"
     if b["prefill_queue_s"] >= 5e-5:
         parts += f", behind other prompts {dur(b['prefill_queue_s'])}"
     if b["slot_wait_s"] and b["slot_wait_s"] >= 5e-5:

@@ -359,8 +359,9 @@ def explain_power_method(method: str) -> str:
               help="auto: per GPU type the fewest replicas that carry --qps (total) within the SLA and "
                    "--max-utilization; or a fixed count.")
 @click.option("--max-utilization", type=float, default=None,
-              help="With --replicas auto: highest utilization (qps per replica ÷ its capacity) a replica may run at. "
-                   "[default: 0.8]")
+              help="Headroom for a server load: highest utilization (qps per replica ÷ its capacity) a replica "
+                   "may run at. With --replicas auto it sizes the fleet; without --replicas, single GPUs above it "
+                   "are ranked after those within it. [default: 0.8]")
 @dtype_option
 @price_options
 @click.option("--json", "as_json", is_flag=True, help="Print stable JSON (keys documented in wattgpu.rank).")
@@ -429,6 +430,8 @@ def _print_rank(res: Any) -> None:
     sla = "no SLA" if not limits else "SLA " + ", ".join(limits) + "; batch cap searched per GPU"
     if fleet and res.max_utilization is not None:
         sla += f"; replica utilization ≤ {res.max_utilization:.0%}"
+    elif res.max_utilization is not None:
+        sla += f"; utilization ≤ {res.max_utilization:.0%} ranked first"
     order = "fleet energy" if fleet and res.sort == "energy" else res.sort
     group = " tensor-parallel groups of 1/2/4/8 GPUs;" if res.tp == "auto" else (
         f" {res.tp} GPUs per group;" if res.tp != 1 else "")
@@ -450,8 +453,14 @@ def _print_rank(res: Any) -> None:
     head += f" {'$GPUh/Mtok':>10}" if rented else ""
     head += f" {'gCO2/Mtok*':>10}" if carbon else ""
     click.echo(head)
+    above = False
     for i, c in enumerate(res.candidates, 1):
         e = c.energy
+        if (not fleet and not above and res.max_utilization is not None and c.utilization is not None
+                and c.utilization > res.max_utilization + 1e-12):
+            above = True
+            click.echo(f"--- above the {res.max_utilization:.0%} headroom (queues grow sharply with bursts); "
+                       "--replicas auto adds replicas instead ---")
         line = f"{i:>3} {c.gpu:<{gw}}"
         line += f" {c.replicas:>6} {c.fleet_power_w:>9.0f}" if fleet else ""
         line += f" {c.tp:>2} {c.total_power_w:>8.1f} {c.power_w:>7.1f}" if multi else f" {c.power_w:>8.1f}"

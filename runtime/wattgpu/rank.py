@@ -337,8 +337,8 @@ def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None 
     check_sla_ms(max_itl_ms, max_ttft_ms)
     check_prices(usd_per_kwh, gco2_per_kwh, pue, usd_per_gpu_hour)
     replicas = check_replicas(replicas)
-    if max_utilization is not None and replicas is None:
-        raise WattGPUError("max_utilization applies to fleets: give replicas ('auto' or a count) with it")
+    if max_utilization is not None and replicas is None and wl.kind != "server":
+        raise WattGPUError("max_utilization applies to a server workload (--workload server --qps N)")
     util_target = check_max_utilization(max_utilization)
     pred = _as_predictor(predictor) or default_predictor()
     spec = with_dtype(pred.resolve_llm(llm), dtype)
@@ -382,11 +382,28 @@ def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None 
         candidates.append(entry)
     _add_failed(excluded, errors, served)
     candidates.sort(key=_sort_key(sort))
+    headroom = util_target if wl.kind == "server" else None
+    if headroom is not None:
+        candidates = headroom_order(candidates, headroom)
     excluded.sort(key=lambda t: t[0])
     return RankResult(llm=spec.name, workload=wl, sort=sort, max_itl_ms=None if max_itl_ms is None else float(max_itl_ms),
                       strict=strict, sla_basis=basis, usd_per_kwh=usd_per_kwh, gco2_per_kwh=gco2_per_kwh, pue=pue,
                       candidates=tuple(candidates), excluded=tuple(e for _, e in excluded), tp=tp_asked,
-                      max_ttft_ms=ttft_sla, usd_per_gpu_hour=usd_per_gpu_hour)
+                      max_ttft_ms=ttft_sla, usd_per_gpu_hour=usd_per_gpu_hour, max_utilization=headroom)
+
+
+def headroom_order(candidates: Sequence[RankEntry], target: float) -> list[RankEntry]:
+    """Single replicas of a server load: those within the utilization ``target`` (the fleets' headroom,
+    ``--max-utilization``, 0.8 by default) first, then those above it, each group in the sort order; an
+    entry above it says why in its warnings. One default answer whether or not ``--replicas`` is given:
+    a GPU run at 85 % of its capacity queues requests sharply more for any burst (its TTFT grows as
+    1 / (1 − utilization))."""
+    within = [c for c in candidates if c.utilization is None or c.utilization <= target + 1e-12]
+    above = [replace(c, warnings=(*c.warnings, f"runs at {c.utilization:.0%} of its capacity, above the "
+                                  f"{target:.0%} headroom (--max-utilization): ranked after the GPUs within it; "
+                                  "--replicas auto adds replicas instead"))
+             for c in candidates if c.utilization is not None and c.utilization > target + 1e-12]
+    return within + above
 
 
 def _add_failed(excluded: list[tuple[tuple[int, float, str, int], Excluded]],

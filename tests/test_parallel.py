@@ -98,7 +98,7 @@ def test_groups_that_exist():
 
 
 def test_does_not_fit_is_per_gpu():
-    with pytest.raises(ModelFitError, match=r"2 × NVIDIA A100 SXM4 40GB: needs .* GB per GPU"):
+    with pytest.raises(ModelFitError, match=r"2 × NVIDIA A100 SXM4 40GB: needs .* GiB per GPU"):
         default_predictor().predict(A100_40, LLAMA70, Workload(tp=2))
 
 

@@ -84,9 +84,9 @@ def row_error(row: Row, cols: F.Columns, i: int) -> WattGPUError | None:
         where = f"{g.name}" if w.tp == 1 else f"{w.tp} × {g.name}"
         per = "" if w.tp == 1 else f" per GPU (1/{w.tp} of the weights and KV cache)"
         fix = _fit_fix(g, m, w)
-        err = ModelFitError(f"{m.name} does not fit on {where}: needs {need:.1f} GB{per} (weights + activation "
-                            f"reserve + one {w.context_tokens}-token sequence), GPU has {have:.1f} GB usable "
-                            f"({g.memory_size_gb:g} GB × {w.gpu_memory_utilization:g}); {fix}")
+        err = ModelFitError(f"{m.name} does not fit on {where}: needs {need:.1f} GiB{per} (weights + activation "
+                            f"reserve + one {w.context_tokens}-token sequence), GPU has {have:.1f} GiB usable "
+                            f"({g.memory_size_gb:g} GiB × {w.gpu_memory_utilization:g}); {fix}")
         err.need_gb, err.have_gb = need, have  # type: ignore[attr-defined]
         return err
     return None

@@ -355,6 +355,12 @@ def explain_power_method(method: str) -> str:
 @click.option("--strict", is_flag=True, help="Judge the SLA by the ITL interval's upper bound (95%, else 80%).")
 @click.option("--gpus", default=None, help="Comma-separated GPU names/aliases (default: the whole catalog).")
 @click.option("--sort", type=click.Choice(["energy", "power", "itl"]), default="energy", show_default=True)
+@click.option("--max-model-len", type=int, default=None,
+              help="Longest sequence (prompt + output tokens) the launched server must accept; the launch lines set "
+                   "vLLM's --max-model-len to it and count the sequences the KV cache holds at that length. "
+                   "[default: the model's context, lowered to what the KV cache holds]")
+@click.option("--launch", "show_launch", is_flag=True,
+              help="Print the `vllm serve` line of every candidate (default: the top candidate's only).")
 @click.option("--replicas", default=None,
               help="auto: per GPU type the fewest replicas that carry --qps (total) within the SLA and "
                    "--max-utilization; or a fixed count.")
@@ -372,8 +378,10 @@ def explain_power_method(method: str) -> str:
 def rank_cmd(llm: str, max_itl_ms: float | None, max_ttft_ms: float | None, strict: bool, gpus: str | None, sort: str,
              usd_per_kwh: float | None, gco2_per_kwh: float | None, pue: float, usd_per_gpu_hour: float | None,
              as_json: bool, plot_path: str | None, replicas: str | None, max_utilization: float | None,
-             dtype: str, models: str | None, **wl: Any) -> None:
-    """Rank GPUs for serving one LLM: candidates by energy per token, excluded GPUs with the reason."""
+             max_model_len: int | None, show_launch: bool, dtype: str, models: str | None, **wl: Any) -> None:
+    """Rank GPUs for serving one LLM: candidates by energy per token, excluded GPUs with the reason.
+
+    Exits 4 when no GPU qualifies (the exclusions are still printed)."""
     from .rank import rank
 
     if plot_path is not None:
@@ -390,7 +398,7 @@ def rank_cmd(llm: str, max_itl_ms: float | None, max_ttft_ms: float | None, stri
         return rank(llm, workload, gpus=names, max_itl_ms=max_itl_ms, strict=strict, sort=sort,
                     usd_per_kwh=usd_per_kwh, gco2_per_kwh=gco2_per_kwh, pue=pue, replicas=replicas, dtype=dtype,
                     predictor=predictor, tp=tp, max_ttft_ms=max_ttft_ms, usd_per_gpu_hour=usd_per_gpu_hour,
-                    max_utilization=max_utilization)
+                    max_utilization=max_utilization, max_model_len=max_model_len)
 
     res = ranked("auto" if auto else None)
     tp_given = click.get_current_context().get_parameter_source("tp") != click.core.ParameterSource.DEFAULT
@@ -413,13 +421,18 @@ def rank_cmd(llm: str, max_itl_ms: float | None, max_ttft_ms: float | None, stri
             raise WattGPUError(f"--plot {plot_path}: cannot write: {write_problem(exc)}") from None
     if as_json:
         click.echo(json.dumps(res.to_dict(), indent=2, sort_keys=True))
-        return
-    _print_rank(res)
-    if plot_path:
-        click.echo(f"plot written to {plot_path}")
+    else:
+        _print_rank(res, show_launch)
+        if plot_path:
+            click.echo(f"plot written to {plot_path}")
+    if not res.candidates:
+        from .errors import NO_CANDIDATE_EXIT
+
+        fail(f"no GPU qualifies for {res.llm} under this load and SLA (every one is excluded; see the reasons); "
+             f"exit status {NO_CANDIDATE_EXIT}", NO_CANDIDATE_EXIT)
 
 
-def _print_rank(res: Any) -> None:
+def _print_rank(res: Any, show_launch: bool = False) -> None:
     wl = res.workload
     load = f"server at {wl.qps:g} req/s" if wl.kind == "server" else f"{wl.kind}, batch cap {wl.max_batch}"
     fleet = res.replicas is not None
@@ -477,11 +490,16 @@ def _print_rank(res: Any) -> None:
     if res.candidates:
         click.echo("cap = engine batch cap (vLLM --max-num-seqs); TTFT = mean time to first token; "
                    "util = offered load ÷ capacity")
-        top = res.candidates[0]
-        if top.launch_args is not None:
-            click.echo(f"launch the top candidate ({top.gpu}{f' ×{top.tp}' if top.tp > 1 else ''}"
-                       f"{f', {top.replicas} replica' + ('s' if top.replicas != 1 else '') if fleet else ''}): "
-                       f"{shlex.join(top.launch_args)}")
+        for i, c in enumerate(res.candidates if show_launch else res.candidates[:1], 1):
+            if c.launch_args is None:
+                continue
+            who = "the top candidate" if not show_launch else f"#{i}"
+            click.echo(f"launch {who} ({c.gpu}{f' ×{c.tp}' if c.tp > 1 else ''}"
+                       f"{f', {c.replicas} replica' + ('s' if c.replicas != 1 else '') if fleet else ''}; KV cache "
+                       f"holds {c.kv_sequences} sequence{'s' if c.kv_sequences != 1 else ''} of {c.max_model_len} "
+                       f"tokens): {shlex.join(c.launch_args)}")
+        if not show_launch and len(res.candidates) > 1:
+            click.echo("(--launch prints the line of every candidate)")
     if rented:
         click.echo(f"$GPUh/Mtok = GPU rent at ${res.usd_per_gpu_hour:g} per GPU-hour × GPUs per million tokens")
     if priced or carbon:
@@ -493,7 +511,7 @@ def _print_rank(res: Any) -> None:
     if res.excluded:
         click.echo("excluded:")
         for x in res.excluded:
-            click.echo(f"    {x.gpu}{f' ×{x.tp}' if multi and x.reason_kind in ('misses_sla', 'overloaded') else ''}: {x.reason}")
+            click.echo(f"    {x.gpu}{f' ×{x.tp}' if x.tp > 1 else ''}: {x.reason}")
     if res.candidates:
         shared = set(res.candidates[0].warnings).intersection(*(set(c.warnings) for c in res.candidates[1:]))
         for w in sorted(shared):

@@ -38,7 +38,7 @@ from .errors import (ArgumentTypeError, ModelFitError, SpecValidationError, Unsu
                      require_type)
 from .energy import Prices, check_prices
 from .fleet import EVEN_SPLIT, check_max_utilization, check_replicas
-from .launch import vllm_args
+from .launch import context_plan, model_reference, vllm_args
 from .quant import with_dtype
 from .prediction import Prediction
 from .workload import Workload
@@ -78,6 +78,8 @@ class RankEntry:
     max_batch: int = 256
     launch_args: tuple[str, ...] | None = None
     bound: Mapping[str, Any] = field(default_factory=dict)
+    max_model_len: int | None = None
+    kv_sequences: int | None = None
 
     @property
     def j_per_token(self) -> float:
@@ -108,7 +110,8 @@ class RankEntry:
             "calibration": None if self.calibration is None else dict(self.calibration),
             "ttft_ms": None if self.ttft_s is None else self.ttft_s * 1e3, "e2e_latency_s": self.e2e_latency_s,
             "max_batch": self.max_batch, "launch_args": None if self.launch_args is None else list(self.launch_args),
-            "bound": dict(self.bound),
+            "bound": dict(self.bound), "max_model_len": self.max_model_len,
+            "kv_sequences_at_max_model_len": self.kv_sequences,
         })
         return out
 
@@ -179,20 +182,40 @@ def sla_itl(p: Prediction, strict: bool) -> tuple[float, str]:
 
 
 def _entry(p: Prediction, strict: bool, prices: Prices, replicas: int = 1, row: Any = None,
-           dtype: str | None = None) -> RankEntry:
+           dtype: str | None = None, launch: tuple[str | None, int | None] = (None, None)) -> RankEntry:
+    """The rank entry of prediction ``p`` of ``row``; ``launch`` = (what ``vllm serve`` loads, the user's
+    ``--max-model-len`` or None for the model's context)."""
     itl_sla, _ = sla_itl(p, strict)
     wl = row[2] if row is not None else Workload.from_dict(p.workload)
-    args = vllm_args(row[1], wl, dtype) if row is not None else None
+    plan = context_plan(row[0], row[1], wl, launch[1]) if row is not None else None
+    args = vllm_args(row[1], wl, dtype, plan.max_model_len, launch[0]) if plan is not None else None
+    warnings = p.warnings if plan is None or plan.note is None else (*p.warnings, plan.note)
     return RankEntry(
         gpu=p.gpu, power_w=p.power_w, itl_s=p.itl_s, itl_sla_s=itl_sla, throughput_tok_s=p.throughput_tok_s,
         effective_batch=p.effective_batch, busy_fraction=p.busy_fraction, energy=p.energy(*prices),
         power_method=p.power_method, idle_power_w=p.idle_power_w, idle_power_source=p.idle_power_source,
         power_intervals={_level_key(i.level): (i.low, i.high) for i in p.power_intervals},
         itl_intervals={_level_key(i.level): (i.low, i.high) for i in p.itl_intervals},
-        baselines=dict(p.baselines), warnings=p.warnings, max_qps=p.max_qps, utilization=p.utilization,
+        baselines=dict(p.baselines), warnings=warnings, max_qps=p.max_qps, utilization=p.utilization,
         max_concurrency=p.max_concurrency, replicas=replicas, qps_per_replica=p.workload.get("qps"), tp=p.tp,
         calibration=p.calibration, ttft_s=p.ttft_s, e2e_latency_s=p.e2e_latency_s, max_batch=int(wl.max_batch),
-        launch_args=None if args is None else tuple(args), bound=dict(p.bound))
+        launch_args=None if args is None else tuple(args), bound=dict(p.bound),
+        max_model_len=None if plan is None else plan.max_model_len, kv_sequences=None if plan is None else plan.kv_sequences)
+
+
+def check_max_model_len(max_model_len: Any, wl: Workload) -> int | None:
+    """The user's ``max_model_len`` as an int of at least the workload's input + output tokens, or None."""
+    if max_model_len is None:
+        return None
+    if isinstance(max_model_len, bool) or not isinstance(max_model_len, (int, float)) \
+            or not math.isfinite(max_model_len) or max_model_len != int(max_model_len) or max_model_len < 1:
+        raise WattGPUError(f"max_model_len = {max_model_len!r} is invalid; expected a whole number of tokens")
+    if max_model_len < wl.context_tokens:
+        raise WattGPUError(f"max_model_len = {int(max_model_len)} is shorter than the workload's input + output tokens "
+                           f"({wl.context_tokens}): the server would refuse these requests; raise it or shorten them")
+    if max_model_len > 1_048_576 * 2:
+        raise WattGPUError(f"max_model_len = {int(max_model_len)} is absurd; expected at most 2097152 tokens")
+    return int(max_model_len)
 
 
 def check_sla_ms(max_itl_ms: Any, max_ttft_ms: Any) -> None:
@@ -305,8 +328,12 @@ def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None 
          usd_per_kwh: float | None = None, gco2_per_kwh: float | None = None, pue: float = 1.0,
          replicas: int | str | None = None, dtype: str | None = None, tp: int | str | None = None,
          max_ttft_ms: float | None = None, usd_per_gpu_hour: float | None = None,
-         max_utilization: float | None = None) -> RankResult:
+         max_utilization: float | None = None, max_model_len: int | None = None) -> RankResult:
     """Rank ``gpus`` (default: the whole catalog) for serving ``llm`` under ``workload``.
+
+    Every candidate carries a launch line (``launch_args``) whose ``--max-model-len`` is ``max_model_len``
+    (at least the workload's input + output tokens) or, by default, the model's context, and the number
+    of such sequences its KV cache holds (see :mod:`wattgpu.launch`).
 
     ``tp``: tensor-parallel degree for every GPU (default: ``workload.tp``), or ``"auto"`` to try
     N ∈ {1, 2, 4, 8} per GPU type (only groups the GPU comes in and the model's heads divide into) and
@@ -342,6 +369,7 @@ def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None 
     util_target = check_max_utilization(max_utilization)
     pred = _as_predictor(predictor) or default_predictor()
     spec = with_dtype(pred.resolve_llm(llm), dtype)
+    launch = (model_reference(llm, spec), check_max_model_len(max_model_len, wl))
     if replicas is not None and wl.kind != "server":
         raise WattGPUError(f"replicas = {replicas!r} needs a server workload with a total rate (--qps N)")
     gpu_specs = list(pred.catalog.gpus) if gpus is None else _unique([pred.resolve_gpu(g) for g in _gpu_list(gpus)])
@@ -353,7 +381,7 @@ def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None 
     ttft_sla = None if max_ttft_ms is None else float(max_ttft_ms)
     if replicas is not None:
         return _rank_fleet(pred, spec, rows, failed, wl, replicas, max_itl_ms, strict, sort, prices, tp_asked,
-                           ttft_sla, util_target, dtype)
+                           ttft_sla, util_target, dtype, launch)
     first = pred.predict_specs_safe(rows)
     sla = max_itl_ms is not None or ttft_sla is not None
     chosen = (search_caps(pred, rows, first, strict, max_itl_ms, ttft_sla) if sla
@@ -370,7 +398,7 @@ def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None 
                 errors[g.name] = (w.tp, r)
             continue
         served.add(g.name)
-        entry = _entry(r, strict, prices, row=row, dtype=dtype)
+        entry = _entry(r, strict, prices, row=row, dtype=dtype, launch=launch)
         _, basis_r = sla_itl(r, strict)
         basis = basis_r if strict else basis
         if kind is None and r.overloaded:
@@ -412,7 +440,7 @@ def _add_failed(excluded: list[tuple[tuple[int, float, str, int], Excluded]],
     for name, (n, err) in errors.items():
         if name in served:
             continue  # another group size of this GPU works; the failing ones are not news
-        kind, reason = _reason(err)
+        kind, reason = _reason(err, n)
         excluded.append(((_EXCLUDE_ORDER[kind], 0.0, name, n), Excluded(name, kind, reason, tp=n)))
 
 
@@ -448,7 +476,8 @@ def _itl_scale(pred: Any, strict: bool) -> tuple[float, str]:
 def _rank_fleet(pred: Any, spec: Any, rows: Sequence[tuple[Any, Any, Workload]],
                 failed: Mapping[str, tuple[int, WattGPUError]], wl: Workload, replicas: int | str,
                 max_itl_ms: float | None, strict: bool, sort: str, prices: Prices, tp_asked: int | str,
-                max_ttft_ms: float | None, max_utilization: float, dtype: str | None) -> RankResult:
+                max_ttft_ms: float | None, max_utilization: float, dtype: str | None,
+                launch: tuple[str | None, int | None] = (None, None)) -> RankResult:
     """Rank GPU types (and, with ``tp="auto"``, group sizes) by the fleet of replicas that carries
     ``wl.qps`` (see :mod:`wattgpu.fleet`); each replica is one tensor-parallel group."""
     scale, basis = _itl_scale(pred, strict)
@@ -469,7 +498,8 @@ def _rank_fleet(pred: Any, spec: Any, rows: Sequence[tuple[Any, Any, Workload]],
                     errors[g.name] = (group, r)
                 continue
             served.add(g.name)
-            entry = _entry(r, strict, prices, replicas=n, row=(g, spec, Workload.from_dict(r.workload)), dtype=dtype)
+            entry = _entry(r, strict, prices, replicas=n, row=(g, spec, Workload.from_dict(r.workload)), dtype=dtype,
+                           launch=launch)
             if why is not None:
                 kind = "overloaded" if why.startswith("overloaded") else "misses_sla"
                 reason = why if replicas == "auto" else f"{n} replicas: {why}"
@@ -517,11 +547,12 @@ def _gpu_list(gpus: Any) -> list[Any]:
     return out
 
 
-def _reason(err: WattGPUError) -> tuple[str, str]:
+def _reason(err: WattGPUError, tp: int = 1) -> tuple[str, str]:
     if isinstance(err, ModelFitError):
         need, have = getattr(err, "need_gb", None), getattr(err, "have_gb", None)
         if need is not None and have is not None:
-            return "does_not_fit", f"does not fit: needs {need:.1f} GB, GPU has {have:.1f} GB usable"
+            per = "" if tp == 1 else f" per GPU of a group of {tp} (1/{tp} of the weights and KV cache)"
+            return "does_not_fit", f"does not fit: needs {need:.1f} GiB{per}, GPU has {have:.1f} GiB usable"
         return "does_not_fit", str(err)
     if isinstance(err, SpecValidationError) and err.field == "tp":
         return "no_group", f"no tensor-parallel group: {err}"

@@ -13,6 +13,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from . import features as F
 from . import physics
 from .quant import DTYPE_ALIASES
@@ -42,7 +44,7 @@ def context_plan(gpu: Any, llm: Any, wl: Any, max_model_len: int | None = None) 
     window, sliding = c["llm_sliding_window"], c["sliding_fraction"]
 
     def sequences(length: int) -> int:
-        per_seq = float(physics.kv_bytes_per_sequence(c["kv_per_token"], float(length), window, sliding)[0])
+        per_seq = float(physics.kv_bytes_per_sequence(c["kv_per_token"], np.array([float(length)]), window, sliding)[0])
         return int(math.floor(max(budget, 0.0) / max(per_seq, 1.0)))
 
     need = int(wl.context_tokens)

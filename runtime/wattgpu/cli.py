@@ -457,7 +457,7 @@ def _print_rank(res: Any, show_launch: bool = False) -> None:
     carbon = res.gco2_per_kwh is not None
     multi = res.tp != 1
     gw = max([3] + [len(c.gpu) for c in res.candidates])  # GPU names are never cut
-    head = f"{'#':>3} {'GPU':<{gw}}"
+    head = f"{'#':>3} {'GPU':<{gw}} {'meas':>4}"
     head += f" {'repl':>6} {'fleet W':>9}" if fleet else ""
     head += f" {'N':>2} {'total W':>8} {'W/GPU':>7}" if multi else f" {'power W':>8}"
     head += f" {'cap':>5} {'ITL ms':>7} {'TTFT ms':>8} {'tok/s':>8} {'max q/s':>8} {'util':>5} {'J/tok':>8} {'Wh/req':>7} {'kWh/Mtok':>9}"
@@ -474,7 +474,7 @@ def _print_rank(res: Any, show_launch: bool = False) -> None:
             above = True
             click.echo(f"--- above the {res.max_utilization:.0%} headroom (queues grow sharply with bursts); "
                        "--replicas auto adds replicas instead ---")
-        line = f"{i:>3} {c.gpu:<{gw}}"
+        line = f"{i:>3} {c.gpu:<{gw}} {'yes' if c.measured_in_training else '-':>4}"
         line += f" {c.replicas:>6} {c.fleet_power_w:>9.0f}" if fleet else ""
         line += f" {c.tp:>2} {c.total_power_w:>8.1f} {c.power_w:>7.1f}" if multi else f" {c.power_w:>8.1f}"
         ttft = "inf" if c.ttft_s is None else num(c.ttft_s * 1e3, ">8.1f")
@@ -488,7 +488,8 @@ def _print_rank(res: Any, show_launch: bool = False) -> None:
     if fleet and res.candidates:
         click.echo("(power W, ITL ms, TTFT ms, tok/s, max q/s and util are per replica)")
     if res.candidates:
-        click.echo("cap = engine batch cap (vLLM --max-num-seqs); TTFT = mean time to first token; "
+        click.echo("meas = yes: the models were trained on measurements of this GPU (-: predicted from its spec "
+                   "sheet); cap = engine batch cap (vLLM --max-num-seqs); TTFT = mean time to first token; "
                    "util = offered load ÷ capacity")
         for i, c in enumerate(res.candidates if show_launch else res.candidates[:1], 1):
             if c.launch_args is None:
@@ -540,16 +541,23 @@ def gpus(as_json: bool, models: str | None) -> None:
         click.echo(json.dumps(rows, indent=2))
         return
     gw = max([3] + [len(r["name"]) for r in rows])  # names are never cut
-    click.echo(f"{'GPU':<{gw}} {'TDP W':>6} {'mem GB':>7} {'BW GB/s':>8} {'FP16 TF':>8} {'year':>5} {'idle W':>12}  aliases")
+    click.echo(f"{'GPU':<{gw}} {'TDP W':>6} {'mem GiB':>7} {'BW GB/s':>8} {'FP16 TF':>8} {'year':>5} {'idle W':>12} "
+               f"{'trained':>7}  aliases")
     for r in rows:
         idle = f"{r['idle']['w']:.0f} {'meas' if r['idle']['basis'] == 'measured' else 'est'}"
-        aliases = ", ".join(a for a in r["aliases"] if a != r["name"])
+        aliases = ", ".join(r["aliases"])
         click.echo(f"{r['name']:<{gw}} {r['tdp_w']:>6.0f} {r['memory_size_gb']:>7.0f} {r['memory_bandwidth_gb_s']:>8.0f} "
-                   f"{r['fp16_tflops']:>8.1f} {r['release_year']:>5} {idle:>12}  {aliases}")
+                   f"{r['fp16_tflops']:>8.1f} {r['release_year']:>5} {idle:>12} {'yes' if r['measured_in_training'] else '-':>7}"
+                   f"  {aliases}")
     from .server import IDLE_FRACTION_OF_TDP
 
     click.echo(f"idle W: meas = measured with a model loaded (source in --json); "
                f"est = {IDLE_FRACTION_OF_TDP:.0%} of TDP (an estimate)")
+    click.echo("trained: yes = the models were trained on measurements of this GPU; - = predicted from its spec sheet")
+    shared = sorted({a for r in rows for a in r["shared_aliases"]})
+    if shared:
+        click.echo(f"aliases: each one names its GPU for --gpu; {len(shared)} shared by several GPUs are not shown "
+                   f"(--gpu refuses them as ambiguous: {', '.join(shared)}; --json lists them as shared_aliases)")
 
 
 @main.command()

@@ -80,6 +80,7 @@ class RankEntry:
     bound: Mapping[str, Any] = field(default_factory=dict)
     max_model_len: int | None = None
     kv_sequences: int | None = None
+    measured_in_training: bool | None = None  # the models were trained on measurements of this GPU
 
     @property
     def j_per_token(self) -> float:
@@ -111,7 +112,7 @@ class RankEntry:
             "ttft_ms": None if self.ttft_s is None else self.ttft_s * 1e3, "e2e_latency_s": self.e2e_latency_s,
             "max_batch": self.max_batch, "launch_args": None if self.launch_args is None else list(self.launch_args),
             "bound": dict(self.bound), "max_model_len": self.max_model_len,
-            "kv_sequences_at_max_model_len": self.kv_sequences,
+            "kv_sequences_at_max_model_len": self.kv_sequences, "measured_in_training": self.measured_in_training,
         })
         return out
 
@@ -413,11 +414,19 @@ def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None 
     headroom = util_target if wl.kind == "server" else None
     if headroom is not None:
         candidates = headroom_order(candidates, headroom)
+    candidates = _mark_measured(pred, candidates)
     excluded.sort(key=lambda t: t[0])
     return RankResult(llm=spec.name, workload=wl, sort=sort, max_itl_ms=None if max_itl_ms is None else float(max_itl_ms),
                       strict=strict, sla_basis=basis, usd_per_kwh=usd_per_kwh, gco2_per_kwh=gco2_per_kwh, pue=pue,
                       candidates=tuple(candidates), excluded=tuple(e for _, e in excluded), tp=tp_asked,
                       max_ttft_ms=ttft_sla, usd_per_gpu_hour=usd_per_gpu_hour, max_utilization=headroom)
+
+
+def _mark_measured(pred: Any, candidates: Sequence[RankEntry]) -> list[RankEntry]:
+    """``candidates`` with ``measured_in_training`` set from the bundle's training domain (None when the
+    bundle does not record its GPUs)."""
+    gpus = set(pred.bundle.schema.domain.get("gpus", ()))
+    return [replace(c, measured_in_training=(c.gpu in gpus) if gpus else None) for c in candidates]
 
 
 def headroom_order(candidates: Sequence[RankEntry], target: float) -> list[RankEntry]:
@@ -508,6 +517,7 @@ def _rank_fleet(pred: Any, spec: Any, rows: Sequence[tuple[Any, Any, Workload]],
             candidates.append(entry)
     _add_failed(excluded, errors, served)
     candidates.sort(key=_sort_key("fleet" if sort == "energy" else sort))
+    candidates = _mark_measured(pred, candidates)
     excluded.sort(key=lambda t: t[0])
     return RankResult(llm=spec.name, workload=wl, sort=sort, max_itl_ms=None if max_itl_ms is None else float(max_itl_ms),
                       strict=strict, sla_basis=basis, usd_per_kwh=prices[0], gco2_per_kwh=prices[1], pue=prices[2],

@@ -9,7 +9,8 @@ from typing import Any, Callable
 import click
 
 from .errors import WattGPUError
-from .workload import ENGINE_ERAS, ENGINES, ITL_STATS, KINDS, KV_CACHE_DTYPES, Workload
+from .workload import (ENGINE_ERAS, ENGINES, ITL_STATS, KINDS, KV_CACHE_DTYPES, WORKLOAD_CHOICES, WORKLOAD_NUMBERS,
+                       Workload)
 
 
 def fail(problem: object, code: int = 2) -> None:
@@ -55,10 +56,13 @@ def workload_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--max-batch", type=int, default=_WL.max_batch, show_default=True, help="Engine batch cap (vLLM max_num_seqs)."),
         click.option("--qps", type=float, default=None, help="Arrival rate in requests/s (server)."),
         click.option("--concurrency", type=float, default=None, help="Concurrent sequences (closed_loop, or a fixed batch)."),
-        click.option("--input-tokens", type=int, default=_WL.input_tokens, show_default=True),
-        click.option("--output-tokens", type=int, default=_WL.output_tokens, show_default=True),
+        click.option("--input-tokens", type=int, default=_WL.input_tokens, show_default=True,
+                     help="Prompt length of each request (tokens)."),
+        click.option("--output-tokens", type=int, default=_WL.output_tokens, show_default=True,
+                     help="Tokens generated per request."),
         click.option("--engine", default=_WL.engine, show_default=True, help=f"One of {', '.join(ENGINES)}."),
-        click.option("--gpu-memory-utilization", type=float, default=_WL.gpu_memory_utilization, show_default=True),
+        click.option("--gpu-memory-utilization", type=float, default=_WL.gpu_memory_utilization, show_default=True,
+                     help="Share of GPU memory the engine may use for weights and KV cache (vLLM's flag of the same name)."),
         click.option("--kv-cache-dtype", type=click.Choice(KV_CACHE_DTYPES), default=_WL.kv_cache_dtype, show_default=True,
                      help="KV-cache element type: auto (16-bit) or fp8 (1 byte)."),
         click.option("--engine-era", type=click.Choice(ENGINE_ERAS), default="current", show_default=True,
@@ -184,7 +188,13 @@ def price_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 @dtype_option
 @price_options
 @click.option("--input", "input_csv", default=None, type=click.Path(dir_okay=False),
-              help="CSV of many predictions (columns llm, gpu and optional workload fields); needs --output.")
+              help="CSV of many predictions, one row each; needs --output. Columns: llm, gpu (required) and, "
+                   "optional (an empty cell or a missing column takes the option's value): workload (or kind), "
+                   f"{', '.join((*WORKLOAD_NUMBERS, *(c for c in WORKLOAD_CHOICES if c != 'kind')))}. Any other "
+                   "column is an error naming the closest one (see --lenient); docs/json.md lists the output columns.")
+@click.option("--lenient", is_flag=True,
+              help="With --input: warn about a column that is not an input column and copy it through, "
+                   "instead of refusing the file.")
 @click.option("--output", "output_csv", default=None, type=click.Path(dir_okay=False), help="CSV to write (with --input).")
 @click.option("--on-error", type=click.Choice(["skip", "stop"]), default="skip", show_default=True,
               help="With --input: skip a bad row (reported with its line, `error` column) or stop at it.")
@@ -195,12 +205,12 @@ def price_options(fn: Callable[..., Any]) -> Callable[..., Any]:
               help="ITL SLA (ms): search the batch cap (1, 2, 4, … up to --max-batch and memory) for the one that meets "
                    "it at the lowest energy per token.")
 @click.option("--max-ttft-ms", type=float, default=None, help="TTFT SLA (ms), searched like --max-itl-ms.")
-@click.option("--json", "as_json", is_flag=True, help="Print stable JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print stable JSON (every key explained in docs/json.md).")
 @models_option
 @guarded
 def predict(llm: str | None, gpu: str | None, as_json: bool, usd_per_kwh: float | None, gco2_per_kwh: float | None,
             pue: float, usd_per_gpu_hour: float | None, max_itl_ms: float | None, max_ttft_ms: float | None,
-            input_csv: str | None, output_csv: str | None, on_error: str, errors_csv: str | None,
+            input_csv: str | None, output_csv: str | None, on_error: str, errors_csv: str | None, lenient: bool,
             dtype: str, models: str | None, **wl: Any) -> None:
     """Predict power, ITL, throughput and energy for one LLM on one GPU (or many rows with --input)."""
     from .errors import WattGPUError
@@ -218,13 +228,22 @@ def predict(llm: str | None, gpu: str | None, as_json: bool, usd_per_kwh: float 
             raise WattGPUError("--max-itl-ms/--max-ttft-ms apply to one --llm/--gpu; use `wattgpu rank` for many GPUs")
         from .batch import predict_csv
 
+        if lenient and input_csv is None:
+            raise WattGPUError("--lenient goes with --input (it is about the CSV's columns)")
+        shown: list[str] = []
+        examples: dict[str, str] = {}
+
+        def report(msg: str) -> None:
+            if msg.startswith("error:"):
+                shown.append(msg)  # printed after the summary by reason
+            else:
+                click.echo(msg, err=True)
+
         summary = predict_csv(input_csv, output_csv, on_error=on_error, defaults=make_workload(**wl),
                               prices=(usd_per_kwh, gco2_per_kwh, pue, usd_per_gpu_hour), predictor=_predictor(models),
-                              report=lambda msg: click.echo(msg, err=True), errors_path=errors_csv,
-                              report_limit=SHOWN_ROW_ERRORS)
-        if summary.skipped > SHOWN_ROW_ERRORS:
-            where = f"all in {errors_csv}" if errors_csv else "--errors FILE lists every one"
-            click.echo(f"... {summary.skipped - SHOWN_ROW_ERRORS} more skipped rows not shown ({where})", err=True)
+                              report=report, errors_path=errors_csv, report_limit=SHOWN_ROW_ERRORS,
+                              lenient=lenient, examples=examples)
+        _print_skipped(summary, examples, shown, errors_csv)
         click.echo(f"wrote {output_csv}: {summary.line()}", err=True)
         if errors_csv is not None:
             click.echo(f"wrote {errors_csv}: {summary.skipped} skipped rows", err=True)
@@ -309,6 +328,25 @@ def predict(llm: str | None, gpu: str | None, as_json: bool, usd_per_kwh: float 
             click.echo(f"warning: {w}")
 
 
+def _print_skipped(summary: Any, examples: dict[str, str], shown: list[str], errors_csv: str | None) -> None:
+    """A batch run's skipped rows on stderr: the count of each reason with its first example, then the
+    first rows in file order (so 356 rows that do not fit cannot hide 7 typos)."""
+    if not summary.skipped:
+        return
+    from .batch import REASONS
+
+    click.echo(f"skipped {summary.skipped} rows, by reason:", err=True)
+    order = {r: i for i, r in enumerate(REASONS)}
+    for reason, n in sorted(summary.reasons.items(), key=lambda t: (-t[1], order.get(t[0], len(order)))):
+        click.echo(f"  {reason}: {n} (e.g. {examples.get(reason, '?')})", err=True)
+    click.echo(f"first {len(shown)} skipped rows in file order:", err=True)
+    for msg in shown:
+        click.echo(msg, err=True)
+    if summary.skipped > len(shown):
+        where = f"all in {errors_csv}" if errors_csv else "--errors FILE lists every one"
+        click.echo(f"... {summary.skipped - len(shown)} more skipped rows not shown ({where})", err=True)
+
+
 def dur(seconds: float) -> str:
     """A duration as ``12.3 ms`` below 10 s, else ``12.35 s``."""
     return f"{seconds * 1e3:.1f} ms" if seconds < 10 else f"{num(seconds, '.2f')} s"
@@ -354,7 +392,9 @@ def explain_power_method(method: str) -> str:
               help="Latency SLA: largest acceptable mean time to first token (ms); the batch cap is searched to meet it.")
 @click.option("--strict", is_flag=True, help="Judge the SLA by the ITL interval's upper bound (95%, else 80%).")
 @click.option("--gpus", default=None, help="Comma-separated GPU names/aliases (default: the whole catalog).")
-@click.option("--sort", type=click.Choice(["energy", "power", "itl"]), default="energy", show_default=True)
+@click.option("--sort", type=click.Choice(["energy", "power", "itl", "cost"]), default="energy", show_default=True,
+              help="Order of the candidates: energy per token (with --replicas: fleet energy), mean power, ITL, or "
+                   "cost ($ per million tokens: --usd-per-gpu-hour rent plus --usd-per-kwh electricity).")
 @click.option("--max-model-len", type=int, default=None,
               help="Longest sequence (prompt + output tokens) the launched server must accept; the launch lines set "
                    "vLLM's --max-model-len to it and count the sequences the KV cache holds at that length. "
@@ -370,7 +410,7 @@ def explain_power_method(method: str) -> str:
                    "are ranked after those within it. [default: 0.8]")
 @dtype_option
 @price_options
-@click.option("--json", "as_json", is_flag=True, help="Print stable JSON (keys documented in wattgpu.rank).")
+@click.option("--json", "as_json", is_flag=True, help="Print stable JSON (every key explained in docs/json.md).")
 @click.option("--plot", "plot_path", default=None, type=click.Path(dir_okay=False),
               help="Write an SVG of energy per token vs ITL with the SLA line.")
 @models_option
@@ -527,7 +567,8 @@ def _print_rank(res: Any, show_launch: bool = False) -> None:
 
 
 @main.command()
-@click.option("--json", "as_json", is_flag=True, help="Every field, aliases, idle-power basis and each row's sources.")
+@click.option("--json", "as_json", is_flag=True, help="Every field, aliases, idle-power basis and each row's sources "
+              "(docs/json.md).")
 @models_option
 @guarded
 def gpus(as_json: bool, models: str | None) -> None:
@@ -573,7 +614,7 @@ def gpus(as_json: bool, models: str | None) -> None:
 @click.option("--llm", default=None, help="LLM of the --vllm-bench runs (default: the JSON's model_id).")
 @click.option("--tp", "tp_text", default="1", show_default=True, help="GPUs per replica of the --vllm-bench runs.")
 @click.option("--out", "out_dir", required=True, metavar="DIR", help="Directory to write the calibrated bundle to.")
-@click.option("--json", "as_json", is_flag=True, help="Print the calibration section as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print the calibration section as JSON (docs/json.md).")
 @models_option
 @guarded
 def calibrate(measurements: str | None, benches: tuple[str, ...], power_logs: tuple[str, ...], gpu: str | None,
@@ -643,7 +684,8 @@ def _print_calibration(cal: Any, runs: Any, out_dir: str) -> None:
 
 
 @main.command()
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True,
+              help="Every LlmSpec field of each catalog LLM, and the unsupported ones with the reason (docs/json.md).")
 @models_option
 @guarded
 def llms(as_json: bool, models: str | None) -> None:

@@ -43,7 +43,7 @@ from .quant import with_dtype
 from .prediction import Prediction
 from .workload import Workload
 
-SORT_KEYS = ("energy", "power", "itl")
+SORT_KEYS = ("energy", "power", "itl", "cost")
 _EXCLUDE_ORDER = {"overloaded": 0, "misses_sla": 0, "does_not_fit": 1, "no_group": 2, "unsupported": 3, "error": 4}
 
 
@@ -321,7 +321,15 @@ def _sort_key(sort: str) -> Callable[[RankEntry], tuple[Any, ...]]:
         return lambda e: (e.fleet_power_w, e.j_per_token, e.gpu, e.tp)
     if sort == "power":
         return lambda e: (e.total_power_w, e.gpu, e.tp)
+    if sort == "cost":
+        return lambda e: (cost_per_mtok(e.energy), e.j_per_token, e.gpu, e.tp)
     return lambda e: (e.itl_s, e.gpu, e.tp)
+
+
+def cost_per_mtok(energy: Mapping[str, Any]) -> float:
+    """$ per million tokens: the electricity (``--usd-per-kwh``, with PUE) plus the GPU rent
+    (``--usd-per-gpu-hour``), whichever are given."""
+    return float(energy.get("usd_per_mtok") or 0.0) + float(energy.get("usd_per_mtok_gpu_hours") or 0.0)
 
 
 def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None = None,
@@ -346,7 +354,8 @@ def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None 
     memory limit, and keeps the cap that meets the SLA at the lowest energy per token (``max_batch`` of
     its entry); it is excluded only when no cap does ("misses SLA even at batch 1: ITL 62.0 ms > 50 ms").
     GPUs that cannot hold the model are excluded with a one-line reason; the rest are sorted by
-    ``sort``: energy per token (default), mean power, or ITL. ``usd_per_kwh``/``gco2_per_kwh`` with
+    ``sort``: energy per token (default), mean power, ITL, or cost ($ per million tokens: electricity plus
+    GPU rent, whichever prices are given). ``usd_per_kwh``/``gco2_per_kwh`` with
     ``pue`` add $ and gCO2e per million tokens; ``usd_per_gpu_hour`` the GPU rent per million tokens.
 
     A server load beyond a GPU's capacity excludes it as ``overloaded``. With ``replicas`` (``"auto"`` or
@@ -364,6 +373,8 @@ def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None 
     require_type("strict", strict, bool, "True or False")
     check_sla_ms(max_itl_ms, max_ttft_ms)
     check_prices(usd_per_kwh, gco2_per_kwh, pue, usd_per_gpu_hour)
+    if sort == "cost" and usd_per_kwh is None and usd_per_gpu_hour is None:
+        raise WattGPUError("sort = 'cost' needs a price: give usd_per_gpu_hour (GPU rent) and/or usd_per_kwh (electricity)")
     replicas = check_replicas(replicas)
     if max_utilization is not None and replicas is None and wl.kind != "server":
         raise WattGPUError("max_utilization applies to a server workload (--workload server --qps N)")

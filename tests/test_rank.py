@@ -212,3 +212,13 @@ def test_no_qualifying_gpu_exits_4_and_exclusions_name_the_group() -> None:
     assert r.exit_code == 4
     assert "NVIDIA A2 ×8: does not fit: needs" in r.output and "GiB per GPU of a group of 8" in r.output
     assert "NVIDIA A10 ×8: misses SLA" in r.output and "no GPU qualifies" in r.output
+
+
+def test_fleet_far_below_the_headroom_says_why() -> None:
+    """Issue 32 item 7: 3 replicas of 8 A10s at 16 % load each for Llama-3.1-70B at 2 req/s, sized by the SLA."""
+    r = CliRunner().invoke(main, ["rank", "--llm", "meta-llama/Llama-3.1-70B-Instruct", "--tp", "auto", "--qps", "2",
+                                  "--replicas", "auto", "--max-itl-ms", "60", "--gpus", "NVIDIA A10,NVIDIA H100 SXM5 80GB"])
+    assert r.exit_code == 0, r.output
+    notes = [line for line in r.output.splitlines() if "far below the 80% headroom" in line]
+    assert notes and all("capacity alone needs" in n for n in notes)
+    assert any("NVIDIA A10 ×8" in n for n in notes)

@@ -527,6 +527,10 @@ def _print_rank(res: Any, show_launch: bool = False) -> None:
         click.echo(line)
     if fleet and res.candidates:
         click.echo("(power W, ITL ms, TTFT ms, tok/s, max q/s and util are per replica)")
+        for i, c in enumerate(res.candidates, 1):
+            for w in c.warnings:
+                if "far below the" in w and "headroom" in w:
+                    click.echo(f"note (#{i} {c.gpu}{f' ×{c.tp}' if c.tp > 1 else ''}): {w}")
     if res.candidates:
         click.echo("meas = yes: the models were trained on measurements of this GPU (-: predicted from its spec "
                    "sheet); cap = engine batch cap (vLLM --max-num-seqs); TTFT = mean time to first token; "

@@ -433,6 +433,24 @@ def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None 
                       max_ttft_ms=ttft_sla, usd_per_gpu_hour=usd_per_gpu_hour, max_utilization=headroom)
 
 
+IDLE_FLEET_FACTOR = 2.0  # a fleet with this many times the replicas its capacity needs says why
+
+
+def idle_fleet_note(entry: RankEntry, total_qps: float, max_utilization: float) -> str | None:
+    """Why a fleet runs far below the headroom, or None: when its replicas are at least
+    ``IDLE_FLEET_FACTOR`` × the count the capacity alone needs (``total_qps`` / (capacity × headroom)), the
+    SLA is what sizes it (only a small batch cap meets it, or the queue at higher load breaks it)."""
+    if entry.replicas <= 1 or not entry.max_qps or not math.isfinite(entry.max_qps):
+        return None
+    needed = max(1, math.ceil(total_qps / (entry.max_qps * max_utilization) * (1 - 1e-12)))
+    if entry.replicas < IDLE_FLEET_FACTOR * needed:
+        return None
+    util = entry.utilization or 0.0
+    return (f"{entry.replicas} replicas where capacity alone needs {needed}: each runs at {util:.0%} of its capacity, "
+            f"far below the {max_utilization:.0%} headroom, because the SLA holds only at this light load (batch cap "
+            f"{entry.max_batch}); a faster GPU or a looser SLA needs fewer GPUs")
+
+
 def _mark_measured(pred: Any, candidates: Sequence[RankEntry]) -> list[RankEntry]:
     """``candidates`` with ``measured_in_training`` set from the bundle's training domain (None when the
     bundle does not record its GPUs)."""
@@ -525,7 +543,8 @@ def _rank_fleet(pred: Any, spec: Any, rows: Sequence[tuple[Any, Any, Workload]],
                 reason = why if replicas == "auto" else f"{n} replicas: {why}"
                 excluded.append(((0, entry.itl_sla_s, g.name, group), Excluded(g.name, kind, reason, entry, tp=group)))
                 continue
-            candidates.append(entry)
+            note = idle_fleet_note(entry, float(wl.qps or 0.0), max_utilization)
+            candidates.append(entry if note is None else replace(entry, warnings=(*entry.warnings, note)))
     _add_failed(excluded, errors, served)
     candidates.sort(key=_sort_key("fleet" if sort == "energy" else sort))
     candidates = _mark_measured(pred, candidates)

@@ -158,6 +158,11 @@ def tp_warnings(domain: Mapping[str, Any], gpu: GpuSpec, llm: LlmSpec, wl: Workl
         yield (f"TP {wl.tp} is outside the measured TP range ({seen} in training): per-GPU power and ITL "
                "extrapolate from the TP roofline (sharded weights/KV + all-reduces)")
     yield f"{wl.tp} × {gpu.name} over {parallel.link_name(gpu, wl.tp)}; power is per GPU, energy is for the group"
+    if gpu.nvlink_gb_s and 1 < gpu.nvlink_group < wl.tp:
+        yield (f"{wl.tp} GPUs exceed {gpu.name}'s {gpu.nvlink_group}-GPU NVLink domain: the ring's all-reduces run at "
+               f"PCIe speed ({parallel.link_name(gpu, wl.tp)} against NVLink {gpu.nvlink_gb_s / 2:g} GB/s); "
+               "the learned ITL scales the whole roofline step, interconnect part included, so it is an upper "
+               "estimate for such a group")
     if llm.is_moe:
         yield f"MoE on {wl.tp} GPUs: {parallel.MOE_ASSUMPTION}"
 

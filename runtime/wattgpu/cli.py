@@ -500,7 +500,7 @@ def _print_rank(res: Any, show_launch: bool = False) -> None:
     head = f"{'#':>3} {'GPU':<{gw}} {'meas':>4}"
     head += f" {'repl':>6} {'fleet W':>9}" if fleet else ""
     head += f" {'N':>2} {'total W':>8} {'W/GPU':>7}" if multi else f" {'power W':>8}"
-    head += f" {'cap':>5} {'ITL ms':>7} {'TTFT ms':>8} {'tok/s':>8} {'max q/s':>8} {'util':>5} {'J/tok':>8} {'Wh/req':>7} {'kWh/Mtok':>9}"
+    head += f" {'cap':>5} {'ITL ms':>7} {'TTFT ms':>8} {'bound':>5} {'tok/s':>8} {'max q/s':>8} {'util':>5} {'J/tok':>8} {'Wh/req':>7} {'kWh/Mtok':>9}"
     rented = res.usd_per_gpu_hour is not None
     head += f" {'$/Mtok*':>8}" if priced else ""
     head += f" {'$GPUh/Mtok':>10}" if rented else ""
@@ -518,7 +518,8 @@ def _print_rank(res: Any, show_launch: bool = False) -> None:
         line += f" {c.replicas:>6} {c.fleet_power_w:>9.0f}" if fleet else ""
         line += f" {c.tp:>2} {c.total_power_w:>8.1f} {c.power_w:>7.1f}" if multi else f" {c.power_w:>8.1f}"
         ttft = "inf" if c.ttft_s is None else num(c.ttft_s * 1e3, ">8.1f")
-        line += (f" {c.max_batch:>5} {c.itl_s * 1e3:>7.1f} {ttft:>8} {num(c.throughput_tok_s, '>8.1f')} {c.max_qps or 0.0:>8.3g}"
+        short = {"memory": "mem", "compute": "comp", "interconnect": "link"}.get(str(c.bound.get("kind")), "?")
+        line += (f" {c.max_batch:>5} {c.itl_s * 1e3:>7.1f} {ttft:>8} {short:>5} {num(c.throughput_tok_s, '>8.1f')} {c.max_qps or 0.0:>8.3g}"
                  f" {c.utilization or 0.0:>5.0%} {num(e['j_per_token'], '>8.3f')} {num(e['wh_per_request'], '>7.3f')}"
                  f" {num(e['kwh_per_mtok'], '>9.3f')}")
         line += f" {num(e['usd_per_mtok'], '>8.4f')}" if priced else ""
@@ -534,7 +535,8 @@ def _print_rank(res: Any, show_launch: bool = False) -> None:
     if res.candidates:
         click.echo("meas = yes: the models were trained on measurements of this GPU (-: predicted from its spec "
                    "sheet); cap = engine batch cap (vLLM --max-num-seqs); TTFT = mean time to first token; "
-                   "util = offered load ÷ capacity")
+                   "bound = the largest roofline part of a decode step (mem = DRAM, comp = tensor cores, link = "
+                   "the TP group's all-reduces); util = offered load ÷ capacity")
         for i, c in enumerate(res.candidates if show_launch else res.candidates[:1], 1):
             if c.launch_args is None:
                 continue

@@ -374,7 +374,8 @@ def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None 
     check_sla_ms(max_itl_ms, max_ttft_ms)
     check_prices(usd_per_kwh, gco2_per_kwh, pue, usd_per_gpu_hour)
     if sort == "cost" and usd_per_kwh is None and usd_per_gpu_hour is None:
-        raise WattGPUError("sort = 'cost' needs a price: give usd_per_gpu_hour (GPU rent) and/or usd_per_kwh (electricity)")
+        raise WattGPUError("sort = 'cost' (--sort cost) needs a price: give usd_per_gpu_hour (--usd-per-gpu-hour, GPU "
+                           "rent) and/or usd_per_kwh (--usd-per-kwh, electricity)")
     replicas = check_replicas(replicas)
     if max_utilization is not None and replicas is None and wl.kind != "server":
         raise WattGPUError("max_utilization applies to a server workload (--workload server --qps N)")

@@ -132,3 +132,15 @@ def test_sense_sweep_subsample(pred: Predictor) -> None:
 @pytest.mark.slow
 def test_sense_sweep_every_gpu(pred: Predictor) -> None:
     _check(pred, _rows(pred, list(pred.catalog.gpus), CLIENTS_FULL, CAPS_FULL))
+
+
+@pytest.mark.parametrize("clients, cap", [(4, 1), (400, 256)])
+def test_issue_examples_queue_beyond_the_cap(pred: Predictor, clients: int, cap: int) -> None:
+    """The issue's two cases: 4 clients at cap 1 and 400 at cap 256 on an H100 SXM5 (Llama-3.1-8B). The
+    running batch is the cap, the rest wait, and the clients' cycle (e2e latency) obeys Little's law."""
+    p = pred.predict("NVIDIA H100 SXM5 80GB", "meta-llama/Llama-3.1-8B-Instruct",
+                     {"kind": "closed_loop", "concurrency": clients, "max_batch": cap})
+    rate = p.throughput_tok_s / 256
+    assert p.effective_batch == cap and rate <= p.max_qps * (1 + 1e-9)
+    assert p.ttft_breakdown["slot_wait_s"] > 0 and p.e2e_latency_s is not None
+    assert rate * p.e2e_latency_s == pytest.approx(clients, rel=0.01)

@@ -37,31 +37,45 @@ class ContextPlan:
     note: str | None = None
 
 
-def context_plan(gpu: Any, llm: Any, wl: Any, max_model_len: int | None = None) -> ContextPlan:
-    """The ``--max-model-len`` for ``llm`` on ``wl.tp`` × ``gpu`` and the KV capacity at that length."""
-    c = F.columns([(gpu, llm, wl)])
-    budget, per_token = float(c["kv_budget"][0]), float(c["kv_per_token"][0])
+def context_plans(rows: list[tuple[Any, Any, Any]], max_model_len: int | None = None) -> list[ContextPlan]:
+    """The ``--max-model-len`` and the KV capacity at that length of each (GPU, LLM, workload) row (a group
+    of ``wl.tp`` GPUs), in one vectorised pass over the rows' memory columns."""
+    if not rows:
+        return []
+    c = F.columns(rows)
+    budget = np.maximum(c["kv_budget"], 0.0)
     window, sliding = c["llm_sliding_window"], c["sliding_fraction"]
 
-    def sequences(length: int) -> int:
-        per_seq = float(physics.kv_bytes_per_sequence(c["kv_per_token"], np.array([float(length)]), window, sliding)[0])
-        return int(math.floor(max(budget, 0.0) / max(per_seq, 1.0)))
+    def sequences(length: np.ndarray) -> np.ndarray:
+        per_seq = physics.kv_bytes_per_sequence(c["kv_per_token"], length, window, sliding)
+        return np.floor(budget / np.maximum(per_seq, 1.0))
 
-    need = int(wl.context_tokens)
+    need = np.array([float(w.context_tokens) for _, _, w in rows])
     if max_model_len is not None:
-        n = sequences(max_model_len)
-        note = None if n >= 1 else (f"the KV cache holds no {max_model_len}-token sequence on this group: vLLM refuses "
-                                    "to start; lower --max-model-len")
-        return ContextPlan(int(max_model_len), n, note)
-    model_len = int(llm.max_position_embeddings or need)
-    length = max(model_len, need)
-    if sequences(length) >= 1:
-        return ContextPlan(length, sequences(length))
-    fits_tokens = budget / max(per_token, 1.0)  # full-context KV per token: a safe bound for sliding layers too
-    lowered = max(need, int(fits_tokens // LEN_STEP) * LEN_STEP)
-    return ContextPlan(lowered, sequences(lowered),
-                       f"--max-model-len lowered from the model's {model_len} tokens to {lowered}: the KV cache "
-                       f"holds no longer sequence")
+        n = sequences(np.full(len(rows), float(max_model_len)))
+        return [ContextPlan(int(max_model_len), int(k), None if k >= 1 else
+                            f"the KV cache holds no {max_model_len}-token sequence on this group: vLLM refuses to "
+                            "start; lower --max-model-len") for k in n.tolist()]
+    model_len = np.array([float(m.max_position_embeddings or w.context_tokens) for _, m, w in rows])
+    length = np.maximum(model_len, need)
+    full = sequences(length)
+    # full-context KV per token: a safe bound for sliding layers too
+    lowered = np.maximum(need, np.floor(budget / np.maximum(c["kv_per_token"], 1.0) / LEN_STEP) * LEN_STEP)
+    low_n = sequences(lowered)
+    out = []
+    for k in range(len(rows)):
+        if full[k] >= 1:
+            out.append(ContextPlan(int(length[k]), int(full[k])))
+        else:
+            out.append(ContextPlan(int(lowered[k]), int(low_n[k]),
+                                   f"--max-model-len lowered from the model's {int(model_len[k])} tokens to "
+                                   f"{int(lowered[k])}: the KV cache holds no longer sequence"))
+    return out
+
+
+def context_plan(gpu: Any, llm: Any, wl: Any, max_model_len: int | None = None) -> ContextPlan:
+    """:func:`context_plans` of one row."""
+    return context_plans([(gpu, llm, wl)], max_model_len)[0]
 
 
 def model_reference(llm_arg: Any, spec: Any) -> str:

@@ -38,7 +38,7 @@ from .errors import (ArgumentTypeError, ModelFitError, SpecValidationError, Unsu
                      require_type)
 from .energy import Prices, check_prices
 from .fleet import EVEN_SPLIT, check_max_utilization, check_replicas
-from .launch import context_plan, model_reference, vllm_args
+from .launch import ContextPlan, context_plans, model_reference, vllm_args
 from .quant import with_dtype
 from .prediction import Prediction
 from .workload import Workload
@@ -183,13 +183,12 @@ def sla_itl(p: Prediction, strict: bool) -> tuple[float, str]:
 
 
 def _entry(p: Prediction, strict: bool, prices: Prices, replicas: int = 1, row: Any = None,
-           dtype: str | None = None, launch: tuple[str | None, int | None] = (None, None)) -> RankEntry:
-    """The rank entry of prediction ``p`` of ``row``; ``launch`` = (what ``vllm serve`` loads, the user's
-    ``--max-model-len`` or None for the model's context)."""
+           dtype: str | None = None, model: str | None = None, plan: ContextPlan | None = None) -> RankEntry:
+    """The rank entry of prediction ``p`` of ``row``; ``model`` is what ``vllm serve`` loads and ``plan`` the
+    row's context plan (:func:`wattgpu.launch.context_plans`; no launch line without it)."""
     itl_sla, _ = sla_itl(p, strict)
     wl = row[2] if row is not None else Workload.from_dict(p.workload)
-    plan = context_plan(row[0], row[1], wl, launch[1]) if row is not None else None
-    args = vllm_args(row[1], wl, dtype, plan.max_model_len, launch[0]) if plan is not None else None
+    args = vllm_args(row[1], wl, dtype, plan.max_model_len, model) if plan is not None and row is not None else None
     warnings = p.warnings if plan is None or plan.note is None else (*p.warnings, plan.note)
     return RankEntry(
         gpu=p.gpu, power_w=p.power_w, itl_s=p.itl_s, itl_sla_s=itl_sla, throughput_tok_s=p.throughput_tok_s,
@@ -404,14 +403,15 @@ def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None 
     basis = "point prediction"
     errors: dict[str, tuple[int, WattGPUError]] = dict(failed)  # per GPU: the error of its largest group tried
     served: set[str] = set()
-    for r, row, kind, why in chosen:
+    plans = context_plans([row for _, row, _, _ in chosen], launch[1])
+    for (r, row, kind, why), plan in zip(chosen, plans):
         g, _, w = row
         if isinstance(r, WattGPUError):
             if g.name not in errors or w.tp >= errors[g.name][0]:
                 errors[g.name] = (w.tp, r)
             continue
         served.add(g.name)
-        entry = _entry(r, strict, prices, row=row, dtype=dtype, launch=launch)
+        entry = _entry(r, strict, prices, row=row, dtype=dtype, model=launch[0], plan=plan)
         _, basis_r = sla_itl(r, strict)
         basis = basis_r if strict else basis
         if kind is None and r.overloaded:
@@ -531,14 +531,16 @@ def _rank_fleet(pred: Any, spec: Any, rows: Sequence[tuple[Any, Any, Workload]],
     served: set[str] = set()
     for group, gpus in sorted(by_tp.items()):
         w = wl if wl.tp == group else replace(wl, tp=group)
-        for g, (n, r, why) in zip(gpus, fleet.plan(pred, spec, gpus, w, replicas, sla)):
+        planned = fleet.plan(pred, spec, gpus, w, replicas, sla)
+        plans = dict(zip((g.name for g in gpus), context_plans([(g, spec, w) for g in gpus], launch[1])))
+        for g, (n, r, why) in zip(gpus, planned):
             if isinstance(r, WattGPUError):
                 if g.name not in errors or group >= errors[g.name][0]:
                     errors[g.name] = (group, r)
                 continue
             served.add(g.name)
             entry = _entry(r, strict, prices, replicas=n, row=(g, spec, Workload.from_dict(r.workload)), dtype=dtype,
-                           launch=launch)
+                           model=launch[0], plan=plans[g.name])
             if why is not None:
                 kind = "overloaded" if why.startswith("overloaded") else "misses_sla"
                 reason = why if replicas == "auto" else f"{n} replicas: {why}"

@@ -32,8 +32,9 @@ def _read(path):
 
 def test_skip_reports_lines_and_writes_error_column(tmp_path):
     src, dst = _write(tmp_path, ROWS), tmp_path / "out.csv"
-    r = CliRunner().invoke(main, ["predict", "--input", str(src), "--output", str(dst)])
+    r = CliRunner().invoke(main, ["predict", "--input", str(src), "--output", str(dst), "--lenient"])
     assert r.exit_code == 1, r.output  # some rows skipped
+    assert "warning:" in r.stderr and "column 'note' is not an input column" in r.stderr
     assert ("rows read 5, predicted 2, skipped 3 (invalid value 1, unknown GPU or LLM 1, "
             "does not fit in GPU memory 1)") in r.stderr
     for line in (3, 4, 5):
@@ -52,9 +53,11 @@ def test_skip_reports_lines_and_writes_error_column(tmp_path):
 
 def test_stop_exits_2_naming_the_line(tmp_path):
     src, dst = _write(tmp_path, ROWS), tmp_path / "out.csv"
-    r = CliRunner().invoke(main, ["predict", "--input", str(src), "--output", str(dst), "--on-error", "stop"])
+    r = CliRunner().invoke(main, ["predict", "--input", str(src), "--output", str(dst), "--on-error", "stop",
+                                  "--lenient"])
     assert r.exit_code == 2
-    assert r.stderr.startswith("error: line 3:") and r.stderr.count("\n") == 1
+    errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [errors[0]] and errors[0].startswith("error: line 3:")
     assert not dst.exists()
 
 
@@ -137,9 +140,16 @@ def _many_bad_rows(n_bad: int) -> list[str]:
 
 def test_many_skipped_rows_print_ten_and_a_summary_and_the_errors_file_lists_all(tmp_path):
     src, dst, errs = _write(tmp_path, _many_bad_rows(30)), tmp_path / "out.csv", tmp_path / "errors.csv"
-    r = CliRunner().invoke(main, ["predict", "--input", str(src), "--output", str(dst), "--errors", str(errs)])
+    r = CliRunner().invoke(main, ["predict", "--input", str(src), "--output", str(dst), "--errors", str(errs),
+                                  "--lenient"])
     assert r.exit_code == 1, r.output
     assert r.stderr.count("error: line ") == 10
+    # issue 32: the summary by reason, one example each, comes before the rows in file order
+    lines = r.stderr.splitlines()
+    head = lines.index("skipped 30 rows, by reason:")
+    assert head < lines.index("first 10 skipped rows in file order:")
+    for reason in ("invalid value", "unknown GPU or LLM", "does not fit in GPU memory"):
+        assert any(line.startswith(f"  {reason}: 10 (e.g. line ") for line in lines[head:head + 4]), reason
     assert "... 20 more skipped rows not shown (all in" in r.stderr
     assert ("skipped 30 (invalid value 10, unknown GPU or LLM 10, does not fit in GPU memory 10)") in r.stderr
     listed = _read(errs)
@@ -165,7 +175,29 @@ def test_api_reports_every_row_unless_limited(tmp_path):
 
     src = _write(tmp_path, _many_bad_rows(12))
     every: list[str] = []
-    predict_csv(str(src), str(tmp_path / "a.csv"), predictor=Predictor(), report=every.append)
+    predict_csv(str(src), str(tmp_path / "a.csv"), predictor=Predictor(), report=every.append, lenient=True)
     first: list[str] = []
-    predict_csv(str(src), str(tmp_path / "b.csv"), predictor=Predictor(), report=first.append, report_limit=3)
+    predict_csv(str(src), str(tmp_path / "b.csv"), predictor=Predictor(), report=first.append, report_limit=3,
+                lenient=True)
+    assert every[0].startswith("warning:") and first[0] == every[0]
+    every, first = every[1:], first[1:]
     assert len(every) == 12 and first == every[:3]
+
+
+@pytest.mark.parametrize("column, hint", [("batch", "max_batch"), ("tokens_out", "output_tokens"),
+                                          ("input_token", "input_tokens"), ("max_num_seqs", "max_batch")])
+def test_unknown_column_is_an_error_naming_the_close_match(tmp_path, column, hint):
+    """Issue 32 item 7: a column spelled `batch` used to be ignored (default used, exit 0)."""
+    src, dst = _write(tmp_path, [f"llm,gpu,{column}", f"{LLM},NVIDIA L4,4"]), tmp_path / "out.csv"
+    r = CliRunner().invoke(main, ["predict", "--input", str(src), "--output", str(dst)])
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1 and not dst.exists()
+    assert f"column {column!r} is not an input column: did you mean {hint!r}?" in r.stderr
+    r = CliRunner().invoke(main, ["predict", "--input", str(src), "--output", str(dst), "--lenient"])
+    assert r.exit_code == 0 and "warning:" in r.stderr and _read(dst)[0][column] == "4"
+
+
+def test_predict_help_lists_the_csv_columns():
+    out = CliRunner().invoke(main, ["predict", "--help"]).output
+    flat = " ".join(out.split())
+    for column in ("llm, gpu", "workload (or kind)", "max_batch", "output_tokens", "gpu_memory_utilization", "itl_stat"):
+        assert column in flat, column

@@ -65,6 +65,7 @@ def test_rank_falls_back_to_groups_only_when_nothing_fits_alone() -> None:
     assert big.returncode == 0, big.stderr
     assert "does not fit on any of these GPUs alone" in big.stderr and '"tp": "auto"' in big.stdout
     single = run_cli("rank", "--llm", "deepseek-ai/DeepSeek-R1-0528", "--tp", "1", "--json")
-    assert single.returncode == 0 and '"candidates": []' in single.stdout and "alone" not in single.stderr
+    # no GPU qualifies: the JSON is printed, then exit 4 (issue 32)
+    assert single.returncode == 4 and '"candidates": []' in single.stdout and "alone" not in single.stderr
     small = run_cli("rank", "--llm", "meta-llama/Llama-3.1-8B-Instruct", "--json")
     assert small.returncode == 0 and "alone" not in small.stderr and '"tp": 1' in small.stdout

@@ -7,6 +7,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 from .helpers import REPO, run_cli
 
 
@@ -25,7 +27,8 @@ def test_json_rows_carry_sources_and_idle():
     rows = {g["name"]: g for g in json.loads(r.stdout)}
     assert len(rows) >= 50
     for g in rows.values():
-        assert g["aliases"] and g["sources"]["spec_table"] and g["idle"]["basis"] in ("measured", "estimated")
+        assert (g["aliases"] or g["shared_aliases"]) and g["sources"]["spec_table"]
+        assert g["idle"]["basis"] in ("measured", "estimated") and isinstance(g["measured_in_training"], bool)
         assert g["sources"].get("spec_sheet"), g["name"]
     h200 = rows["NVIDIA H200 SXM 141GB"]
     assert h200["idle"]["basis"] == "measured" and h200["sources"]["idle_power"]
@@ -43,3 +46,21 @@ def test_tampered_catalog_is_refused_like_predict(tmp_path):
         r = subprocess.run([sys.executable, "-m", "wattgpu.cli", *cmd], capture_output=True, text=True, env=env,
                            cwd=tmp_path, timeout=120)
         assert r.returncode == 3 and "specs.json" in r.stderr and "sha256" in r.stderr, (cmd, r.stderr)
+
+
+def test_listed_aliases_resolve_and_shared_ones_are_marked():
+    """Issue 32 item 5: `wattgpu gpus` prints only aliases --gpu accepts; shared ones are named apart."""
+    from wattgpu.errors import AmbiguousNameError
+    from wattgpu.predictor import default_predictor
+
+    cat = default_predictor().catalog
+    rows = json.loads(run_cli("gpus", "--json").stdout)
+    assert any(r["shared_aliases"] for r in rows) and any(r["measured_in_training"] for r in rows)
+    for r in rows:
+        for a in r["aliases"]:
+            assert cat.gpu(a).name == r["name"], a
+        for a in r["shared_aliases"]:
+            with pytest.raises(AmbiguousNameError):
+                cat.gpu(a)
+    table = run_cli("gpus").stdout
+    assert "trained" in table.splitlines()[0] and "shared by several GPUs are not shown" in table

@@ -98,7 +98,7 @@ def test_groups_that_exist():
 
 
 def test_does_not_fit_is_per_gpu():
-    with pytest.raises(ModelFitError, match=r"2 × NVIDIA A100 SXM4 40GB: needs .* GB per GPU"):
+    with pytest.raises(ModelFitError, match=r"2 × NVIDIA A100 SXM4 40GB: needs .* GiB per GPU"):
         default_predictor().predict(A100_40, LLAMA70, Workload(tp=2))
 
 
@@ -182,3 +182,19 @@ def test_rank_tp_auto_capacity_is_each_groups_own():
     for c in res.candidates:
         p = pred.predict(c.gpu, "meta-llama/Llama-3.1-70B-Instruct", Workload(tp=c.tp))
         assert c.max_qps == pytest.approx(p.max_qps, rel=1e-12), (c.gpu, c.tp)
+
+
+def test_group_beyond_the_nvlink_bridge_says_so_and_is_link_bound() -> None:
+    """Issue 32: H200 NVL comes in 4-GPU NVLink bridges; 8 of them ring over PCIe Gen5 x16. The all-reduce
+    of a decode step at batch 256 is then 2 × 80 layers × (2·7/8 × 256 × 8192 × 2 B / 63 GB/s + 40 µs) ≈ 25 ms,
+    against ≈ 3.8 ms over the bridge's NVLink (450 GB/s per direction, 10 µs per call)."""
+    from wattgpu.predictor import default_predictor
+
+    pred = default_predictor()
+    p8 = pred.predict("NVIDIA H200 NVL 141GB", "meta-llama/Llama-3.1-70B-Instruct", {"tp": 8})
+    p4 = pred.predict("NVIDIA H200 NVL 141GB", "meta-llama/Llama-3.1-70B-Instruct", {"tp": 4})
+    assert p8.allreduce_s_per_step == pytest.approx(2 * 80 * (2 * 7 / 8 * 256 * 8192 * 2 / (16 * 3.938e9) + 40e-6), rel=1e-6)
+    assert p4.allreduce_s_per_step == pytest.approx(2 * 80 * (2 * 3 / 4 * 256 * 8192 * 2 / 450e9 + 10e-6), rel=1e-6)
+    assert p8.bound["kind"] == "interconnect" and p4.bound["kind"] != "interconnect"
+    assert any("exceed NVIDIA H200 NVL 141GB's 4-GPU NVLink domain" in w for w in p8.warnings)
+    assert not any("NVLink domain" in w for w in p4.warnings)

@@ -2,6 +2,7 @@
 
 No predicted number is hard-coded: the models may be re-exported. Assertions are relations."""
 import json
+from pathlib import Path
 from dataclasses import replace
 
 import pytest
@@ -47,7 +48,7 @@ def test_excluded_have_reasons(example):
     assert kinds <= {"does_not_fit", "misses_sla", "unsupported", "error"}
     for e in example.excluded:
         if e.reason_kind == "does_not_fit":
-            assert e.reason.startswith("does not fit: needs ") and " GB, GPU has " in e.reason
+            assert e.reason.startswith("does not fit: needs ") and " GiB, GPU has " in e.reason
             assert e.entry is None
         elif e.reason_kind == "misses_sla":
             assert e.reason.startswith("misses SLA even at batch 1: ITL ") and e.reason.endswith("> 50 ms")
@@ -155,3 +156,69 @@ def test_rank_rejects_bad_arguments():
         rank(LLM, gpus=[])
     with pytest.raises(WattGPUError):
         rank(LLM, pue=0.5)
+
+
+def test_single_replicas_keep_the_fleet_headroom_by_default() -> None:
+    """Issue 32 item 3: one default answer. Without --replicas a server load ranks GPUs within the 80 %
+    headroom first (the same target --replicas auto sizes fleets for), those above after, saying why."""
+    from wattgpu.rank import rank
+
+    res = rank("meta-llama/Llama-3.1-8B-Instruct", Workload(kind="server", qps=5.0), max_itl_ms=40)
+    assert res.max_utilization == 0.8
+    utils = [c.utilization for c in res.candidates]
+    first_above = next(i for i, u in enumerate(utils) if u > 0.8)
+    assert first_above > 0 and all(u <= 0.8 for u in utils[:first_above]) and all(u > 0.8 for u in utils[first_above:])
+    assert all(any("headroom" in w for w in c.warnings) for c in res.candidates[first_above:])
+    fleet = rank("meta-llama/Llama-3.1-8B-Instruct", Workload(kind="server", qps=5.0), max_itl_ms=40, replicas="auto")
+    assert res.best.gpu == fleet.best.gpu
+    loose = rank("meta-llama/Llama-3.1-8B-Instruct", Workload(kind="server", qps=5.0), max_itl_ms=40, max_utilization=1.0)
+    assert all(not any("headroom" in w for w in c.warnings) for c in loose.candidates)
+
+
+def test_launch_lines_serve_the_model_context_and_name_the_local_path(tmp_path) -> None:
+    """Issue 32 item 4/7: --max-model-len is the model's context (or the user's), the KV capacity at that
+    length is stated, every candidate has a line with --launch, and a local model is named by its path."""
+    runner = CliRunner()
+    gpus = "NVIDIA H100 SXM5 80GB,NVIDIA L40S"
+    r = runner.invoke(main, ["rank", "--llm", "meta-llama/Llama-3.1-8B-Instruct", "--gpus", gpus, "--launch"])
+    assert r.exit_code == 0, r.output
+    lines = [l for l in r.output.splitlines() if l.startswith("launch #")]
+    assert len(lines) == 2 and all("--max-model-len 131072" in l and "KV cache holds" in l for l in lines)
+    r = runner.invoke(main, ["rank", "--llm", "meta-llama/Llama-3.1-8B-Instruct", "--gpus", gpus, "--max-model-len",
+                             "8192", "--json"])
+    d = json.loads(r.output)
+    for c in d["candidates"]:
+        assert c["max_model_len"] == 8192 and c["kv_sequences_at_max_model_len"] >= 1
+        assert c["launch_args"][c["launch_args"].index("--max-model-len") + 1] == "8192"
+    r = runner.invoke(main, ["rank", "--llm", "meta-llama/Llama-3.1-8B-Instruct", "--gpus", gpus, "--max-model-len", "500"])
+    assert r.exit_code == 2 and "shorter than the workload's input + output tokens (768)" in r.output
+    cfg = default_predictor().catalog.llm("meta-llama/Llama-3.1-8B-Instruct")
+    folder = tmp_path / "my-model"
+    folder.mkdir()
+    src = next((Path(__file__).parent / "fixtures" / "hf_configs").glob("Qwen--Qwen3-8B.json"), None)
+    if src is None:
+        pytest.skip("no Llama-3.1-8B config fixture")
+    data = json.loads(src.read_text())
+    (folder / "config.json").write_text(json.dumps(data.get("config", data)))
+    r = runner.invoke(main, ["rank", "--llm", str(folder), "--gpus", gpus, "--json"])
+    assert r.exit_code == 0, r.output
+    args = json.loads(r.output)["candidates"][0]["launch_args"]
+    assert args[2] == str(folder) and cfg is not None
+
+
+def test_no_qualifying_gpu_exits_4_and_exclusions_name_the_group() -> None:
+    r = CliRunner().invoke(main, ["rank", "--llm", "meta-llama/Llama-3.1-70B-Instruct", "--tp", "auto", "--workload",
+                                  "server", "--qps", "2", "--max-itl-ms", "5", "--gpus", "NVIDIA A10,NVIDIA A2"])
+    assert r.exit_code == 4
+    assert "NVIDIA A2 ×8: does not fit: needs" in r.output and "GiB per GPU of a group of 8" in r.output
+    assert "NVIDIA A10 ×8: misses SLA" in r.output and "no GPU qualifies" in r.output
+
+
+def test_fleet_far_below_the_headroom_says_why() -> None:
+    """Issue 32 item 7: 3 replicas of 8 A10s at 16 % load each for Llama-3.1-70B at 2 req/s, sized by the SLA."""
+    r = CliRunner().invoke(main, ["rank", "--llm", "meta-llama/Llama-3.1-70B-Instruct", "--tp", "auto", "--qps", "2",
+                                  "--replicas", "auto", "--max-itl-ms", "60", "--gpus", "NVIDIA A10,NVIDIA H100 SXM5 80GB"])
+    assert r.exit_code == 0, r.output
+    notes = [line for line in r.output.splitlines() if "far below the 80% headroom" in line]
+    assert notes and all("capacity alone needs" in n for n in notes)
+    assert any("NVIDIA A10 ×8" in n for n in notes)

@@ -80,12 +80,13 @@ def test_committed_wheel_matches_the_tree(built: Path) -> None:
         assert needed in names
 
 
-# Issue 23's target is 300 KB; the wheel is about 344 KB (ONNX models fitted on 7 power GPUs, the serving
-# plan, calibration, peers and hostile-input code; the package page is docs/package.md, not the 55 KB
-# README), so the target is missed and reported as such. The test guards against further growth.
-# Issue 34 ships the HTTP service in the package (wattgpu/service: 15 KB compressed of Python, 5 KB of
-# page HTML/JS/CSS; its dependencies stay in the [serve] extra): about 21 KB more (365 KB on its branch).
-WHEEL_BUDGET_BYTES = 375_000
+# Issue 23's target is 300 KB; the wheel is about 380 KB (ONNX models fitted on 7 power GPUs, the serving
+# plan, calibration, peers and hostile-input code, issue 32's launch plans, headroom order and CSV column
+# checks; the package page is docs/package.md, not the 55 KB README), so the target is missed and reported
+# as such (issue 31 plans the cut). Issue 34 ships the HTTP service in the package (wattgpu/service: 15 KB
+# compressed of Python, 5 KB of page HTML/JS/CSS; its dependencies stay in the [serve] extra): about 21 KB.
+# The test guards against further growth.
+WHEEL_BUDGET_BYTES = 385_000
 
 
 def _runtime_requirements(wheel: Path) -> list[str]:

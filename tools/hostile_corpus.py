@@ -699,6 +699,13 @@ def classify_cli(case: Case, rc: int | None, out: str, err: str) -> tuple[str, s
         if case.expect and not any(e.lower() in errs[0].lower() for e in case.expect):
             return "vague message", errs[0][:200]
         return "clean error", errs[0][:200]
+    if rc == 4:  # `rank` found no qualifying GPU (documented exit status): the reasons, then one error line
+        errs = [ln for ln in lines if ln.startswith("error:")]
+        if len(errs) != 1 or "no GPU qualifies" not in errs[0]:
+            return "vague message", f"exit 4 with {len(errs)} error lines"
+        if any(tok.strip("(),;:") in ("nan", "inf", "-inf") for tok in out.lower().split()):
+            return "nonsense", out[:150]
+        return "sane result", errs[0][:200]
     if rc == 0:
         if case.must_fail:
             return "nonsense", f"exit 0 where an error is due: {out[:150]}"

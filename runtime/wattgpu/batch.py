@@ -1,8 +1,10 @@
 """Many predictions from a CSV file, streamed: read, predict and write ``chunk`` rows at a time.
 
-Input columns: ``llm``, ``gpu`` (required) and optional workload fields ``workload`` (or ``kind``) and
-every field of :data:`wattgpu.workload.WORKLOAD_NUMBERS` / ``engine``; an empty cell takes the default.
-Unknown columns are copied through. Output: the input columns, then :data:`OUTPUT_COLUMNS`, then
+Input columns (:data:`INPUT_COLUMNS`): ``llm``, ``gpu`` (required) and optional workload fields ``workload``
+(or ``kind``) and every field of :data:`wattgpu.workload.WORKLOAD_NUMBERS` / ``engine``; an empty cell takes
+the default. A column that is none of these (nor an output column of an earlier run) is an error naming the
+closest accepted column, so a typo such as ``batch`` for ``max_batch`` never silently takes the default;
+with ``lenient`` it is a warning and the column is copied through. Output: the input columns, then :data:`OUTPUT_COLUMNS`, then
 ``error``. Memory stays flat in the number of rows: only one chunk, and bounded name caches, are held.
 
 The input must be a regular file (never a FIFO or device, which could hang or never end), at most
@@ -34,6 +36,7 @@ MAX_COLUMNS = 256
 CACHE_LIMIT = 4096  # distinct names / workload cells remembered; cleared when exceeded (bounded memory)
 KIND_COLUMNS = ("workload", "kind")
 WORKLOAD_COLUMNS = tuple(WORKLOAD_NUMBERS) + tuple(c for c in WORKLOAD_CHOICES if c != "kind")
+INPUT_COLUMNS = ("llm", "gpu", "dtype") + KIND_COLUMNS + WORKLOAD_COLUMNS  # dtype: the weight dtype as served (as --dtype)
 OUTPUT_COLUMNS = (
     "gpu_resolved", "llm_resolved", "power_w", "itl_s", "throughput_tok_s", "energy_per_token_j", "energy_per_request_j", "wh_per_request",
     "kwh_per_mtok", "usd_per_mtok", "gco2_per_mtok", "effective_batch", "busy_fraction", "power_method",
@@ -41,6 +44,43 @@ OUTPUT_COLUMNS = (
     "max_concurrency", "overloaded", "warnings", "tp", "total_power_w", "calibration", "ttft_s", "e2e_latency_s",
     "bound", "usd_per_mtok_gpu_hours",
 )
+
+
+# Spellings other tools use for an input column (vLLM's flags and benchmark fields among them).
+COLUMN_SYNONYMS = {
+    "batch": "max_batch", "batch_size": "max_batch", "max_num_seqs": "max_batch", "max_batch_size": "max_batch",
+    "tokens_out": "output_tokens", "out_tokens": "output_tokens", "output_len": "output_tokens",
+    "max_tokens": "output_tokens", "output_length": "output_tokens", "generated_tokens": "output_tokens",
+    "tokens_in": "input_tokens", "in_tokens": "input_tokens", "input_len": "input_tokens", "prompt_tokens": "input_tokens",
+    "prompt_len": "input_tokens", "input_length": "input_tokens", "prompt_length": "input_tokens",
+    "rate": "qps", "request_rate": "qps", "arrival_rate": "qps", "rps": "qps",
+    "clients": "concurrency", "users": "concurrency", "concurrent_users": "concurrency", "max_concurrency": "concurrency",
+    "tensor_parallel_size": "tp", "tp_size": "tp", "model": "llm", "model_id": "llm", "gpu_name": "gpu",
+    "device": "gpu", "requests": "num_requests", "num_prompts": "num_requests",
+}
+
+
+def check_columns(cols: Sequence[str], path: str, lenient: bool = False,
+                  warn: Callable[[str], None] = lambda msg: None) -> None:
+    """Refuse a header column that is neither an input column (:data:`INPUT_COLUMNS`) nor an output column
+    of an earlier run, naming the closest accepted one; with ``lenient``, ``warn`` about it instead (the
+    column is then copied through)."""
+    import difflib
+
+    known = set(INPUT_COLUMNS) | set(OUTPUT_COLUMNS) | {"error"}
+    for c in cols:
+        if c in known:
+            continue
+        key = c.strip().lower().replace("-", "_").replace(" ", "_")
+        close = [COLUMN_SYNONYMS[key]] if key in COLUMN_SYNONYMS else difflib.get_close_matches(key, INPUT_COLUMNS, n=1,
+                                                                                                 cutoff=0.5)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        problem = (f"column {c[:60]!r} is not an input column: {hint}accepted columns are {', '.join(INPUT_COLUMNS)}")
+        if not lenient:
+            raise ConfigFileError(path, problem + "; rename it, or pass --lenient to copy it through")
+        warn(f"warning: {path}: {problem}; copied through, not used (--lenient)")
+
+
 # Why a row was skipped, in the order the summary lists them.
 REASONS = ("invalid value", "unknown GPU or LLM", "unreadable spec file", "does not fit in GPU memory",
            "unsupported architecture", "not predictable")
@@ -395,7 +435,8 @@ def _check_output(out_path: Any) -> str:
 def predict_csv(in_path: str, out_path: str, on_error: str = "skip", defaults: Workload | None = None,
                 prices: Prices = (None, None, 1.0, None), predictor: Any = None,
                 report: Callable[[str], None] = lambda msg: None, chunk: int = CHUNK_ROWS,
-                errors_path: str | None = None, report_limit: int | None = None) -> BatchSummary:
+                errors_path: str | None = None, report_limit: int | None = None, lenient: bool = False,
+                examples: dict[str, str] | None = None) -> BatchSummary:
     """Predict every row of ``in_path`` into ``out_path``, streaming; returns a :class:`BatchSummary`
     (which also unpacks as ``(rows predicted, rows skipped)``).
 
@@ -406,6 +447,8 @@ def predict_csv(in_path: str, out_path: str, on_error: str = "skip", defaults: W
 
     ``report_limit``: report only the first N skipped rows (the summary's reason counts cover the
     rest). ``errors_path``: also write every skipped row as CSV (``line, column, reason, error``).
+    ``examples``: filled with the first skipped row of each reason (reason → message). ``lenient``: an
+    unknown header column is a warning (``report``), not an error (:func:`check_columns`).
     """
     from .energy import check_prices
 
@@ -432,6 +475,7 @@ def predict_csv(in_path: str, out_path: str, on_error: str = "skip", defaults: W
         err_tmp: str | None = None
         try:
             cols, rows = _rows(f, str(shown))
+            check_columns(cols, str(shown), lenient, report)
             fields = cols + [c for c in OUTPUT_COLUMNS if c not in cols]
             fields += [] if "error" in fields else ["error"]
             tmp_fd, tmp = _temp_next_to(out)
@@ -442,7 +486,7 @@ def predict_csv(in_path: str, out_path: str, on_error: str = "skip", defaults: W
             try:
                 with os.fdopen(tmp_fd, "w", newline="", encoding="utf-8") as fo:
                     _write_rows(fo, fields, _predict_stream(rows, defaults, predictor, chunk), on_error, prices,
-                                _Reporter(report, report_limit, err_fo), summary)
+                                _Reporter(report, report_limit, err_fo, examples), summary)
             finally:
                 if err_fo is not None:
                     err_fo.close()
@@ -476,13 +520,16 @@ class _Reporter:
     """Where skipped rows go: the first ``limit`` to ``report`` (all when ``limit`` is None), every one
     to the errors CSV when one is open."""
 
-    def __init__(self, report: Callable[[str], None], limit: int | None, errors: IO[str] | None) -> None:
-        self.report, self.limit, self.shown = report, limit, 0
+    def __init__(self, report: Callable[[str], None], limit: int | None, errors: IO[str] | None,
+                 examples: dict[str, str] | None = None) -> None:
+        self.report, self.limit, self.shown, self.examples = report, limit, 0, examples
         self.writer = csv.writer(errors) if errors is not None else None
         if self.writer is not None:
             self.writer.writerow(ERROR_COLUMNS)
 
     def __call__(self, err: WattGPUError) -> None:
+        if self.examples is not None:
+            self.examples.setdefault(getattr(err, "reason", "not predictable"), str(err))
         if self.limit is None or self.shown < self.limit:
             self.report(f"error: {err}")
             self.shown += 1

@@ -84,9 +84,9 @@ def row_error(row: Row, cols: F.Columns, i: int) -> WattGPUError | None:
         where = f"{g.name}" if w.tp == 1 else f"{w.tp} × {g.name}"
         per = "" if w.tp == 1 else f" per GPU (1/{w.tp} of the weights and KV cache)"
         fix = _fit_fix(g, m, w)
-        err = ModelFitError(f"{m.name} does not fit on {where}: needs {need:.1f} GB{per} (weights + activation "
-                            f"reserve + one {w.context_tokens}-token sequence), GPU has {have:.1f} GB usable "
-                            f"({g.memory_size_gb:g} GB × {w.gpu_memory_utilization:g}); {fix}")
+        err = ModelFitError(f"{m.name} does not fit on {where}: needs {need:.1f} GiB{per} (weights + activation "
+                            f"reserve + one {w.context_tokens}-token sequence), GPU has {have:.1f} GiB usable "
+                            f"({g.memory_size_gb:g} GiB × {w.gpu_memory_utilization:g}); {fix}")
         err.need_gb, err.have_gb = need, have  # type: ignore[attr-defined]
         return err
     return None
@@ -158,6 +158,11 @@ def tp_warnings(domain: Mapping[str, Any], gpu: GpuSpec, llm: LlmSpec, wl: Workl
         yield (f"TP {wl.tp} is outside the measured TP range ({seen} in training): per-GPU power and ITL "
                "extrapolate from the TP roofline (sharded weights/KV + all-reduces)")
     yield f"{wl.tp} × {gpu.name} over {parallel.link_name(gpu, wl.tp)}; power is per GPU, energy is for the group"
+    if gpu.nvlink_gb_s and 1 < gpu.nvlink_group < wl.tp:
+        yield (f"{wl.tp} GPUs exceed {gpu.name}'s {gpu.nvlink_group}-GPU NVLink domain: the ring's all-reduces run at "
+               f"PCIe speed ({parallel.link_name(gpu, wl.tp)} against NVLink {gpu.nvlink_gb_s / 2:g} GB/s); "
+               "the learned ITL scales the whole roofline step, interconnect part included, so it is an upper "
+               "estimate for such a group")
     if llm.is_moe:
         yield f"MoE on {wl.tp} GPUs: {parallel.MOE_ASSUMPTION}"
 

@@ -9,7 +9,8 @@ from typing import Any, Callable
 import click
 
 from .errors import WattGPUError
-from .workload import ENGINE_ERAS, ENGINES, ITL_STATS, KINDS, KV_CACHE_DTYPES, Workload
+from .workload import (ENGINE_ERAS, ENGINES, ITL_STATS, KINDS, KV_CACHE_DTYPES, WORKLOAD_CHOICES, WORKLOAD_NUMBERS,
+                       Workload)
 
 
 def fail(problem: object, code: int = 2) -> None:
@@ -55,10 +56,13 @@ def workload_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--max-batch", type=int, default=_WL.max_batch, show_default=True, help="Engine batch cap (vLLM max_num_seqs)."),
         click.option("--qps", type=float, default=None, help="Arrival rate in requests/s (server)."),
         click.option("--concurrency", type=float, default=None, help="Concurrent sequences (closed_loop, or a fixed batch)."),
-        click.option("--input-tokens", type=int, default=_WL.input_tokens, show_default=True),
-        click.option("--output-tokens", type=int, default=_WL.output_tokens, show_default=True),
+        click.option("--input-tokens", type=int, default=_WL.input_tokens, show_default=True,
+                     help="Prompt length of each request (tokens)."),
+        click.option("--output-tokens", type=int, default=_WL.output_tokens, show_default=True,
+                     help="Tokens generated per request."),
         click.option("--engine", default=_WL.engine, show_default=True, help=f"One of {', '.join(ENGINES)}."),
-        click.option("--gpu-memory-utilization", type=float, default=_WL.gpu_memory_utilization, show_default=True),
+        click.option("--gpu-memory-utilization", type=float, default=_WL.gpu_memory_utilization, show_default=True,
+                     help="Share of GPU memory the engine may use for weights and KV cache (vLLM's flag of the same name)."),
         click.option("--kv-cache-dtype", type=click.Choice(KV_CACHE_DTYPES), default=_WL.kv_cache_dtype, show_default=True,
                      help="KV-cache element type: auto (16-bit) or fp8 (1 byte)."),
         click.option("--engine-era", type=click.Choice(ENGINE_ERAS), default="current", show_default=True,
@@ -184,7 +188,14 @@ def price_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 @dtype_option
 @price_options
 @click.option("--input", "input_csv", default=None, type=click.Path(dir_okay=False),
-              help="CSV of many predictions (columns llm, gpu and optional workload fields); needs --output.")
+              help="CSV of many predictions, one row each; needs --output. Columns: llm, gpu (required) and, "
+                   "optional (an empty cell or a missing column takes the option's value): workload (or kind), "
+                   f"{', '.join((*WORKLOAD_NUMBERS, *(c for c in WORKLOAD_CHOICES if c != 'kind')))}, dtype (as --dtype). "
+                   "Any other "
+                   "column is an error naming the closest one (see --lenient); docs/json.md lists the output columns.")
+@click.option("--lenient", is_flag=True,
+              help="With --input: warn about a column that is not an input column and copy it through, "
+                   "instead of refusing the file.")
 @click.option("--output", "output_csv", default=None, type=click.Path(dir_okay=False), help="CSV to write (with --input).")
 @click.option("--on-error", type=click.Choice(["skip", "stop"]), default="skip", show_default=True,
               help="With --input: skip a bad row (reported with its line, `error` column) or stop at it.")
@@ -195,12 +206,12 @@ def price_options(fn: Callable[..., Any]) -> Callable[..., Any]:
               help="ITL SLA (ms): search the batch cap (1, 2, 4, … up to --max-batch and memory) for the one that meets "
                    "it at the lowest energy per token.")
 @click.option("--max-ttft-ms", type=float, default=None, help="TTFT SLA (ms), searched like --max-itl-ms.")
-@click.option("--json", "as_json", is_flag=True, help="Print stable JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print stable JSON (every key explained in docs/json.md).")
 @models_option
 @guarded
 def predict(llm: str | None, gpu: str | None, as_json: bool, usd_per_kwh: float | None, gco2_per_kwh: float | None,
             pue: float, usd_per_gpu_hour: float | None, max_itl_ms: float | None, max_ttft_ms: float | None,
-            input_csv: str | None, output_csv: str | None, on_error: str, errors_csv: str | None,
+            input_csv: str | None, output_csv: str | None, on_error: str, errors_csv: str | None, lenient: bool,
             dtype: str, models: str | None, **wl: Any) -> None:
     """Predict power, ITL, throughput and energy for one LLM on one GPU (or many rows with --input)."""
     from .errors import WattGPUError
@@ -218,13 +229,22 @@ def predict(llm: str | None, gpu: str | None, as_json: bool, usd_per_kwh: float 
             raise WattGPUError("--max-itl-ms/--max-ttft-ms apply to one --llm/--gpu; use `wattgpu rank` for many GPUs")
         from .batch import predict_csv
 
+        if lenient and input_csv is None:
+            raise WattGPUError("--lenient goes with --input (it is about the CSV's columns)")
+        shown: list[str] = []
+        examples: dict[str, str] = {}
+
+        def report(msg: str) -> None:
+            if msg.startswith("error:"):
+                shown.append(msg)  # printed after the summary by reason
+            else:
+                click.echo(msg, err=True)
+
         summary = predict_csv(input_csv, output_csv, on_error=on_error, defaults=make_workload(**wl),
                               prices=(usd_per_kwh, gco2_per_kwh, pue, usd_per_gpu_hour), predictor=_predictor(models),
-                              report=lambda msg: click.echo(msg, err=True), errors_path=errors_csv,
-                              report_limit=SHOWN_ROW_ERRORS)
-        if summary.skipped > SHOWN_ROW_ERRORS:
-            where = f"all in {errors_csv}" if errors_csv else "--errors FILE lists every one"
-            click.echo(f"... {summary.skipped - SHOWN_ROW_ERRORS} more skipped rows not shown ({where})", err=True)
+                              report=report, errors_path=errors_csv, report_limit=SHOWN_ROW_ERRORS,
+                              lenient=lenient, examples=examples)
+        _print_skipped(summary, examples, shown, errors_csv)
         click.echo(f"wrote {output_csv}: {summary.line()}", err=True)
         if errors_csv is not None:
             click.echo(f"wrote {errors_csv}: {summary.skipped} skipped rows", err=True)
@@ -290,6 +310,25 @@ def predict(llm: str | None, gpu: str | None, as_json: bool, usd_per_kwh: float 
             click.echo(f"warning: {w}")
 
 
+def _print_skipped(summary: Any, examples: dict[str, str], shown: list[str], errors_csv: str | None) -> None:
+    """A batch run's skipped rows on stderr: the count of each reason with its first example, then the
+    first rows in file order (so 356 rows that do not fit cannot hide 7 typos)."""
+    if not summary.skipped:
+        return
+    from .batch import REASONS
+
+    click.echo(f"skipped {summary.skipped} rows, by reason:", err=True)
+    order = {r: i for i, r in enumerate(REASONS)}
+    for reason, n in sorted(summary.reasons.items(), key=lambda t: (-t[1], order.get(t[0], len(order)))):
+        click.echo(f"  {reason}: {n} (e.g. {examples.get(reason, '?')})", err=True)
+    click.echo(f"first {len(shown)} skipped rows in file order:", err=True)
+    for msg in shown:
+        click.echo(msg, err=True)
+    if summary.skipped > len(shown):
+        where = f"all in {errors_csv}" if errors_csv else "--errors FILE lists every one"
+        click.echo(f"... {summary.skipped - len(shown)} more skipped rows not shown ({where})", err=True)
+
+
 def dur(seconds: float) -> str:
     """A duration as ``12.3 ms`` below 10 s, else ``12.35 s``."""
     return f"{seconds * 1e3:.1f} ms" if seconds < 10 else f"{num(seconds, '.2f')} s"
@@ -301,6 +340,8 @@ def ttft_text(p: dict[str, Any]) -> str:
         return "unbounded: the queue grows without limit (overloaded)"
     b = p["ttft_breakdown"]
     parts = f"prefill {dur(b['prefill_s'])} in {b['prefill_steps']} step(s) of ≤ {b['prefill_budget_tokens']} tokens"
+    if b.get("prefill_allreduce_s", 0.0) >= 5e-5:
+        parts += f" (incl. all-reduces {dur(b['prefill_allreduce_s'])})"
     if b["prefill_queue_s"] >= 5e-5:
         parts += f", behind other prompts {dur(b['prefill_queue_s'])}"
     if b["slot_wait_s"] and b["slot_wait_s"] >= 5e-5:
@@ -333,16 +374,25 @@ def explain_power_method(method: str) -> str:
               help="Latency SLA: largest acceptable mean time to first token (ms); the batch cap is searched to meet it.")
 @click.option("--strict", is_flag=True, help="Judge the SLA by the ITL interval's upper bound (95%, else 80%).")
 @click.option("--gpus", default=None, help="Comma-separated GPU names/aliases (default: the whole catalog).")
-@click.option("--sort", type=click.Choice(["energy", "power", "itl"]), default="energy", show_default=True)
+@click.option("--sort", type=click.Choice(["energy", "power", "itl", "cost"]), default="energy", show_default=True,
+              help="Order of the candidates: energy per token (with --replicas: fleet energy), mean power, ITL, or "
+                   "cost ($ per million tokens: --usd-per-gpu-hour rent plus --usd-per-kwh electricity).")
+@click.option("--max-model-len", type=int, default=None,
+              help="Longest sequence (prompt + output tokens) the launched server must accept; the launch lines set "
+                   "vLLM's --max-model-len to it and count the sequences the KV cache holds at that length. "
+                   "[default: the model's context, lowered to what the KV cache holds]")
+@click.option("--launch", "show_launch", is_flag=True,
+              help="Print the `vllm serve` line of every candidate (default: the top candidate's only).")
 @click.option("--replicas", default=None,
               help="auto: per GPU type the fewest replicas that carry --qps (total) within the SLA and "
                    "--max-utilization; or a fixed count.")
 @click.option("--max-utilization", type=float, default=None,
-              help="With --replicas auto: highest utilization (qps per replica ÷ its capacity) a replica may run at. "
-                   "[default: 0.8]")
+              help="Headroom for a server load: highest utilization (qps per replica ÷ its capacity) a replica "
+                   "may run at. With --replicas auto it sizes the fleet; without --replicas, single GPUs above it "
+                   "are ranked after those within it. [default: 0.8]")
 @dtype_option
 @price_options
-@click.option("--json", "as_json", is_flag=True, help="Print stable JSON (keys documented in wattgpu.rank).")
+@click.option("--json", "as_json", is_flag=True, help="Print stable JSON (every key explained in docs/json.md).")
 @click.option("--plot", "plot_path", default=None, type=click.Path(dir_okay=False),
               help="Write an SVG of energy per token vs ITL with the SLA line.")
 @models_option
@@ -350,8 +400,10 @@ def explain_power_method(method: str) -> str:
 def rank_cmd(llm: str, max_itl_ms: float | None, max_ttft_ms: float | None, strict: bool, gpus: str | None, sort: str,
              usd_per_kwh: float | None, gco2_per_kwh: float | None, pue: float, usd_per_gpu_hour: float | None,
              as_json: bool, plot_path: str | None, replicas: str | None, max_utilization: float | None,
-             dtype: str, models: str | None, **wl: Any) -> None:
-    """Rank GPUs for serving one LLM: candidates by energy per token, excluded GPUs with the reason."""
+             max_model_len: int | None, show_launch: bool, dtype: str, models: str | None, **wl: Any) -> None:
+    """Rank GPUs for serving one LLM: candidates by energy per token, excluded GPUs with the reason.
+
+    Exits 4 when no GPU qualifies (the exclusions are still printed)."""
     if plot_path is not None:
         from .plot import check_svg_path
 
@@ -369,7 +421,7 @@ def rank_cmd(llm: str, max_itl_ms: float | None, max_ttft_ms: float | None, stri
                                  max_itl_ms=max_itl_ms, strict=strict, sort=sort, usd_per_kwh=usd_per_kwh,
                                  gco2_per_kwh=gco2_per_kwh, pue=pue, replicas=replicas, dtype=dtype,
                                  max_ttft_ms=max_ttft_ms, usd_per_gpu_hour=usd_per_gpu_hour,
-                                 max_utilization=max_utilization)
+                                 max_utilization=max_utilization, max_model_len=max_model_len)
     if fell_back:
         # no single GPU holds the model: the question is then which group of GPUs, as --tp auto answers
         click.echo(f"note: {res.llm} does not fit on any of these GPUs alone; ranking tensor-parallel groups of "
@@ -387,13 +439,18 @@ def rank_cmd(llm: str, max_itl_ms: float | None, max_ttft_ms: float | None, stri
             raise WattGPUError(f"--plot {plot_path}: cannot write: {write_problem(exc)}") from None
     if as_json:
         click.echo(json.dumps(res.to_dict(), indent=2, sort_keys=True))
-        return
-    _print_rank(res)
-    if plot_path:
-        click.echo(f"plot written to {plot_path}")
+    else:
+        _print_rank(res, show_launch)
+        if plot_path:
+            click.echo(f"plot written to {plot_path}")
+    if not res.candidates:
+        from .errors import NO_CANDIDATE_EXIT
+
+        fail(f"no GPU qualifies for {res.llm} under this load and SLA (every one is excluded; see the reasons); "
+             f"exit status {NO_CANDIDATE_EXIT}", NO_CANDIDATE_EXIT)
 
 
-def _print_rank(res: Any) -> None:
+def _print_rank(res: Any, show_launch: bool = False) -> None:
     wl = res.workload
     load = f"server at {wl.qps:g} req/s" if wl.kind == "server" else f"{wl.kind}, batch cap {wl.max_batch}"
     fleet = res.replicas is not None
@@ -404,6 +461,8 @@ def _print_rank(res: Any) -> None:
     sla = "no SLA" if not limits else "SLA " + ", ".join(limits) + "; batch cap searched per GPU"
     if fleet and res.max_utilization is not None:
         sla += f"; replica utilization ≤ {res.max_utilization:.0%}"
+    elif res.max_utilization is not None:
+        sla += f"; utilization ≤ {res.max_utilization:.0%} ranked first"
     order = "fleet energy" if fleet and res.sort == "energy" else res.sort
     group = " tensor-parallel groups of 1/2/4/8 GPUs;" if res.tp == "auto" else (
         f" {res.tp} GPUs per group;" if res.tp != 1 else "")
@@ -416,22 +475,29 @@ def _print_rank(res: Any) -> None:
     carbon = res.gco2_per_kwh is not None
     multi = res.tp != 1
     gw = max([3] + [len(c.gpu) for c in res.candidates])  # GPU names are never cut
-    head = f"{'#':>3} {'GPU':<{gw}}"
+    head = f"{'#':>3} {'GPU':<{gw}} {'meas':>4}"
     head += f" {'repl':>6} {'fleet W':>9}" if fleet else ""
     head += f" {'N':>2} {'total W':>8} {'W/GPU':>7}" if multi else f" {'power W':>8}"
-    head += f" {'cap':>5} {'ITL ms':>7} {'TTFT ms':>8} {'tok/s':>8} {'max q/s':>8} {'util':>5} {'J/tok':>8} {'Wh/req':>7} {'kWh/Mtok':>9}"
+    head += f" {'cap':>5} {'ITL ms':>7} {'TTFT ms':>8} {'bound':>5} {'tok/s':>8} {'max q/s':>8} {'util':>5} {'J/tok':>8} {'Wh/req':>7} {'kWh/Mtok':>9}"
     rented = res.usd_per_gpu_hour is not None
     head += f" {'$/Mtok*':>8}" if priced else ""
     head += f" {'$GPUh/Mtok':>10}" if rented else ""
     head += f" {'gCO2/Mtok*':>10}" if carbon else ""
     click.echo(head)
+    above = False
     for i, c in enumerate(res.candidates, 1):
         e = c.energy
-        line = f"{i:>3} {c.gpu:<{gw}}"
+        if (not fleet and not above and res.max_utilization is not None and c.utilization is not None
+                and c.utilization > res.max_utilization + 1e-12):
+            above = True
+            click.echo(f"--- above the {res.max_utilization:.0%} headroom (queues grow sharply with bursts); "
+                       "--replicas auto adds replicas instead ---")
+        line = f"{i:>3} {c.gpu:<{gw}} {'yes' if c.measured_in_training else '-':>4}"
         line += f" {c.replicas:>6} {c.fleet_power_w:>9.0f}" if fleet else ""
         line += f" {c.tp:>2} {c.total_power_w:>8.1f} {c.power_w:>7.1f}" if multi else f" {c.power_w:>8.1f}"
         ttft = "inf" if c.ttft_s is None else num(c.ttft_s * 1e3, ">8.1f")
-        line += (f" {c.max_batch:>5} {c.itl_s * 1e3:>7.1f} {ttft:>8} {num(c.throughput_tok_s, '>8.1f')} {c.max_qps or 0.0:>8.3g}"
+        short = {"memory": "mem", "compute": "comp", "interconnect": "link"}.get(str(c.bound.get("kind")), "?")
+        line += (f" {c.max_batch:>5} {c.itl_s * 1e3:>7.1f} {ttft:>8} {short:>5} {num(c.throughput_tok_s, '>8.1f')} {c.max_qps or 0.0:>8.3g}"
                  f" {c.utilization or 0.0:>5.0%} {num(e['j_per_token'], '>8.3f')} {num(e['wh_per_request'], '>7.3f')}"
                  f" {num(e['kwh_per_mtok'], '>9.3f')}")
         line += f" {num(e['usd_per_mtok'], '>8.4f')}" if priced else ""
@@ -440,14 +506,25 @@ def _print_rank(res: Any) -> None:
         click.echo(line)
     if fleet and res.candidates:
         click.echo("(power W, ITL ms, TTFT ms, tok/s, max q/s and util are per replica)")
+        for i, c in enumerate(res.candidates, 1):
+            for w in c.warnings:
+                if "far below the" in w and "headroom" in w:
+                    click.echo(f"note (#{i} {c.gpu}{f' ×{c.tp}' if c.tp > 1 else ''}): {w}")
     if res.candidates:
-        click.echo("cap = engine batch cap (vLLM --max-num-seqs); TTFT = mean time to first token; "
-                   "util = offered load ÷ capacity")
-        top = res.candidates[0]
-        if top.launch_args is not None:
-            click.echo(f"launch the top candidate ({top.gpu}{f' ×{top.tp}' if top.tp > 1 else ''}"
-                       f"{f', {top.replicas} replica' + ('s' if top.replicas != 1 else '') if fleet else ''}): "
-                       f"{shlex.join(top.launch_args)}")
+        click.echo("meas = yes: the models were trained on measurements of this GPU (-: predicted from its spec "
+                   "sheet); cap = engine batch cap (vLLM --max-num-seqs); TTFT = mean time to first token; "
+                   "bound = the largest roofline part of a decode step (mem = DRAM, comp = tensor cores, link = "
+                   "the TP group's all-reduces); util = offered load ÷ capacity")
+        for i, c in enumerate(res.candidates if show_launch else res.candidates[:1], 1):
+            if c.launch_args is None:
+                continue
+            who = "the top candidate" if not show_launch else f"#{i}"
+            click.echo(f"launch {who} ({c.gpu}{f' ×{c.tp}' if c.tp > 1 else ''}"
+                       f"{f', {c.replicas} replica' + ('s' if c.replicas != 1 else '') if fleet else ''}; KV cache "
+                       f"holds {c.kv_sequences} sequence{'s' if c.kv_sequences != 1 else ''} of {c.max_model_len} "
+                       f"tokens): {shlex.join(c.launch_args)}")
+        if not show_launch and len(res.candidates) > 1:
+            click.echo("(--launch prints the line of every candidate)")
     if rented:
         click.echo(f"$GPUh/Mtok = GPU rent at ${res.usd_per_gpu_hour:g} per GPU-hour × GPUs per million tokens")
     if priced or carbon:
@@ -459,7 +536,7 @@ def _print_rank(res: Any) -> None:
     if res.excluded:
         click.echo("excluded:")
         for x in res.excluded:
-            click.echo(f"    {x.gpu}{f' ×{x.tp}' if multi and x.reason_kind in ('misses_sla', 'overloaded') else ''}: {x.reason}")
+            click.echo(f"    {x.gpu}{f' ×{x.tp}' if x.tp > 1 else ''}: {x.reason}")
     if res.candidates:
         shared = set(res.candidates[0].warnings).intersection(*(set(c.warnings) for c in res.candidates[1:]))
         for w in sorted(shared):
@@ -474,7 +551,8 @@ def _print_rank(res: Any) -> None:
 
 
 @main.command()
-@click.option("--json", "as_json", is_flag=True, help="Every field, aliases, idle-power basis and each row's sources.")
+@click.option("--json", "as_json", is_flag=True, help="Every field, aliases, idle-power basis and each row's sources "
+              "(docs/json.md).")
 @models_option
 @guarded
 def gpus(as_json: bool, models: str | None) -> None:
@@ -488,16 +566,23 @@ def gpus(as_json: bool, models: str | None) -> None:
         click.echo(json.dumps(rows, indent=2))
         return
     gw = max([3] + [len(r["name"]) for r in rows])  # names are never cut
-    click.echo(f"{'GPU':<{gw}} {'TDP W':>6} {'mem GB':>7} {'BW GB/s':>8} {'FP16 TF':>8} {'year':>5} {'idle W':>12}  aliases")
+    click.echo(f"{'GPU':<{gw}} {'TDP W':>6} {'mem GiB':>7} {'BW GB/s':>8} {'FP16 TF':>8} {'year':>5} {'idle W':>12} "
+               f"{'trained':>7}  aliases")
     for r in rows:
         idle = f"{r['idle']['w']:.0f} {'meas' if r['idle']['basis'] == 'measured' else 'est'}"
-        aliases = ", ".join(a for a in r["aliases"] if a != r["name"])
+        aliases = ", ".join(r["aliases"])
         click.echo(f"{r['name']:<{gw}} {r['tdp_w']:>6.0f} {r['memory_size_gb']:>7.0f} {r['memory_bandwidth_gb_s']:>8.0f} "
-                   f"{r['fp16_tflops']:>8.1f} {r['release_year']:>5} {idle:>12}  {aliases}")
+                   f"{r['fp16_tflops']:>8.1f} {r['release_year']:>5} {idle:>12} {'yes' if r['measured_in_training'] else '-':>7}"
+                   f"  {aliases}")
     from .server import IDLE_FRACTION_OF_TDP
 
     click.echo(f"idle W: meas = measured with a model loaded (source in --json); "
                f"est = {IDLE_FRACTION_OF_TDP:.0%} of TDP (an estimate)")
+    click.echo("trained: yes = the models were trained on measurements of this GPU; - = predicted from its spec sheet")
+    shared = sorted({a for r in rows for a in r["shared_aliases"]})
+    if shared:
+        click.echo(f"aliases: each one names its GPU for --gpu; {len(shared)} shared by several GPUs are not shown "
+                   f"(--gpu refuses them as ambiguous: {', '.join(shared)}; --json lists them as shared_aliases)")
 
 
 @main.command()
@@ -516,7 +601,7 @@ def gpus(as_json: bool, models: str | None) -> None:
 @click.option("--apply-to-other-gpus", "other_gpus", is_flag=True,
               help="Also move GPUs without runs by the measured GPUs' pooled level terms (default: only the "
                    "measured GPUs change).")
-@click.option("--json", "as_json", is_flag=True, help="Print the calibration section as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print the calibration section as JSON (docs/json.md).")
 @models_option
 @guarded
 def calibrate(measurements: str | None, benches: tuple[str, ...], power_logs: tuple[str, ...], gpu: str | None,
@@ -585,7 +670,8 @@ def _print_calibration(cal: Any, runs: Any, out_dir: str) -> None:
 
 
 @main.command()
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True,
+              help="Every LlmSpec field of each catalog LLM, and the unsupported ones with the reason (docs/json.md).")
 @models_option
 @guarded
 def llms(as_json: bool, models: str | None) -> None:

@@ -11,6 +11,10 @@ class WattGPUError(Exception):
     exit_code: int = 2
 
 
+# `wattgpu rank` found no GPU that qualifies (every one excluded): the answer is printed, then this status.
+NO_CANDIDATE_EXIT = 4
+
+
 class ArgumentTypeError(WattGPUError, TypeError):
     """A public API function was given an argument of the wrong type (None, a str for a list, …)."""
 

@@ -3,8 +3,9 @@
 TTFT = slot wait + prefill queue + own prefill, each from the numbers the capacity model already has
 (request time ``W`` from :func:`capacity.request_s`, capacity ``max_qps``, the ITL grid):
 
-- **own prefill** ``prefill_s`` = max(prompt FLOPs / (matmul peak × ``PREFILL_EFFICIENCY``),
-  prefill steps × decode-step time). The engine prefills at most ``budget − running decodes`` prompt tokens
+- **own prefill** ``prefill_s`` = max(prompt FLOPs / (matmul peak × ``PREFILL_EFFICIENCY``) + the
+  prompt's all-reduces in a TP group, prefill steps × decode-step time). A step lasts at least the row's
+  ITL: the step that computes the first token also decodes the running batch, so TTFT ≥ one decode step. The engine prefills at most ``budget − running decodes`` prompt tokens
   per step (vLLM's chunked prefill, ``max_num_batched_tokens``: :func:`prefill_budget`), and every step
   lasts at least a decode step of the running batch (the step envelope: the slowest grid ITL at or below the
   batch, monotone in the batch whatever the trees learned). Never below the compute roofline
@@ -17,7 +18,8 @@ TTFT = slot wait + prefill queue + own prefill, each from the numbers the capaci
 - **slot wait**: a Poisson server queues for one of the engine's batch slots: M/M/c (Erlang C) with ``c`` =
   the slots of the capacity's operating point and service time ``c / max_qps`` (= ``W`` there), so
   wait = C(c, a) / (max_qps − qps), a = c × qps / max_qps; undefined (``None``) at or beyond capacity.
-  A closed loop with more clients than fit in memory queues the rest: (clients − batch) × ``W`` / batch.
+  A closed loop runs min(clients, batch cap, what fits) and queues the rest: each client's cycle lasts
+  clients / served request rate (Little's law), and what it spends beyond ``W`` is its wait.
   Offline TTFT is counted from a request's admission to a batch slot (its wait in the offline queue
   depends on its position: request k waits about k / ``max_qps``).
 
@@ -71,11 +73,14 @@ def step_envelope_one(batch: float, grid_batch: tuple[float, ...], grid_itl: tup
 
 
 def ttft(cols: Any, budget: Any, batch: Any, step_s: Any, req_rate: Any, slot_wait_s: Any) -> dict[str, Any]:
-    """TTFT and its parts (s) of rows with decode batch ``batch``, step time ``step_s`` (the envelope),
-    served request rate ``req_rate`` (req/s) and slot wait ``slot_wait_s`` (NaN = unbounded)."""
+    """TTFT and its parts (s) of rows with decode batch ``batch``, step time ``step_s`` (the envelope, at
+    least the row's ITL: the step that computes the first token also decodes the running batch), served
+    request rate ``req_rate`` (req/s) and slot wait ``slot_wait_s`` (NaN = unbounded). TTFT is never
+    below one such step, nor below the prompt's compute plus, in a TP group, its all-reduces."""
     inp = cols["wl_input_tokens"]
     roofline = capacity.prefill_s(cols)
-    compute = roofline / PREFILL_EFFICIENCY
+    comm = prefill_allreduce_s(cols)
+    compute = roofline / PREFILL_EFFICIENCY + comm
     free = ops.maximum(budget - ops.maximum(batch - 1.0, 0.0), 1.0)
     steps = -ops.floor(-(inp / free))  # ceil: whole engine steps
     own = ops.maximum(steps * step_s, compute)
@@ -85,15 +90,24 @@ def ttft(cols: Any, budget: Any, batch: Any, step_s: Any, req_rate: Any, slot_wa
     rho = ops.minimum(req_rate * stage, MAX_PREFILL_RHO)
     queue = rho / (2.0 * (1.0 - rho)) * stage
     return {"ttft_s": slot_wait_s + queue + own, "prefill_s": own, "prefill_queue_s": queue,
-            "slot_wait_s": slot_wait_s, "prefill_roofline_s": roofline, "prefill_steps": steps}
+            "slot_wait_s": slot_wait_s, "prefill_roofline_s": roofline, "prefill_steps": steps,
+            "prefill_allreduce_s": comm}
 
 
-def closed_loop_wait(clients: Any, batch: Any, req_s: Any) -> Any:
-    """Slot wait of a closed loop: clients beyond the ``batch`` the engine holds queue, each for
-    (clients − batch) × ``req_s`` / batch on average (Little's law over the waiting clients); 0 for
-    other rows (``clients`` NaN)."""
-    extra = ops.where(ops.isnan(clients), 0.0, ops.maximum(clients - batch, 0.0))
-    return extra * req_s / batch
+def prefill_allreduce_s(cols: Any) -> Any:
+    """All-reduce time of a prompt's prefill in a TP group (s): the decode step's two all-reduces per layer,
+    over every prompt token's activations (:func:`parallel.comm_step_s` at batch = input tokens); 0 on one GPU."""
+    return parallel.comm_step_s(cols["llm_num_layers"], cols["wl_input_tokens"], cols["llm_hidden_size"],
+                                cols["wl_tp"], cols["link_gb_s"], cols["link_latency_s"])
+
+
+def closed_loop_wait(clients: Any, req_rate: Any, req_s: Any) -> Any:
+    """Slot wait of a closed loop: the engine serves ``req_rate`` requests/s (its running batch over the
+    request time ``req_s``, never above capacity), so by Little's law over the whole loop each client's
+    cycle lasts clients / ``req_rate``; what it spends beyond ``req_s`` in a slot is the wait for one
+    (0 while every client has a slot). 0 for other rows (``clients`` NaN)."""
+    extra = ops.where(ops.isnan(clients), 0.0, clients / req_rate - req_s)
+    return ops.maximum(extra, 0.0)
 
 
 def erlang_c(servers: int, offered: float) -> float:

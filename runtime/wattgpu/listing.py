@@ -9,18 +9,32 @@ from .specs import GpuSpec
 
 
 def gpu_rows(bundle: ModelBundle) -> list[dict[str, Any]]:
-    """One dict per catalog GPU: its spec fields, aliases, idle power (value, measured/estimated,
-    source) and the sources of its numbers, from the bundle's hash-verified catalog."""
+    """One dict per catalog GPU: its spec fields, the aliases ``--gpu`` accepts for it (``aliases``) and
+    those it shares with other GPUs (``shared_aliases``, refused as ambiguous), whether the models were
+    trained on its measurements (``measured_in_training``), idle power (value, measured/estimated, source)
+    and the sources of its numbers, from the bundle's hash-verified catalog."""
     doc = bundle.catalog_document()
     facts = {str(e.get("name")): e.get("facts") or {} for e in doc.get("gpus", []) if isinstance(e, dict)}
+    measured = set(bundle.schema.domain.get("gpus", ()))
+    catalog = bundle.catalog
     rows = []
-    for g in bundle.catalog.gpus:
+    for g in catalog.gpus:
         w, source = idle_power(g)
-        rows.append({**g.to_dict(),
+        names = [a for a in g.aliases if a != g.name]
+        resolves = [a for a in names if _resolves(catalog, a, g)]
+        rows.append({**g.to_dict(), "aliases": resolves,
+                     "shared_aliases": [a for a in names if a not in resolves],
+                     "measured_in_training": g.name in measured,
                      "idle": {"w": w, "basis": "measured" if g.idle_power_w is not None else "estimated",
                               "source": source},
                      "sources": _sources(g, facts.get(g.name, {}))})
     return rows
+
+
+def _resolves(catalog: Any, alias: str, gpu: GpuSpec) -> bool:
+    """True when ``--gpu alias`` names ``gpu`` (an alias several GPUs share is refused as ambiguous)."""
+    hit = catalog.find_gpu(alias)
+    return hit is not None and hit.name == gpu.name
 
 
 def _sources(g: GpuSpec, facts: Any) -> dict[str, Any]:

@@ -38,12 +38,12 @@ from .errors import (ArgumentTypeError, ModelFitError, SpecValidationError, Unsu
                      require_type)
 from .energy import Prices, check_prices
 from .fleet import EVEN_SPLIT, check_max_utilization, check_replicas
-from .launch import vllm_args
+from .launch import ContextPlan, context_plans, model_reference, vllm_args
 from .quant import with_dtype
 from .prediction import Prediction
 from .workload import Workload
 
-SORT_KEYS = ("energy", "power", "itl")
+SORT_KEYS = ("energy", "power", "itl", "cost")
 _EXCLUDE_ORDER = {"overloaded": 0, "misses_sla": 0, "does_not_fit": 1, "no_group": 2, "unsupported": 3, "error": 4}
 
 
@@ -78,6 +78,9 @@ class RankEntry:
     max_batch: int = 256
     launch_args: tuple[str, ...] | None = None
     bound: Mapping[str, Any] = field(default_factory=dict)
+    max_model_len: int | None = None
+    kv_sequences: int | None = None
+    measured_in_training: bool | None = None  # the models were trained on measurements of this GPU
 
     @property
     def j_per_token(self) -> float:
@@ -108,7 +111,8 @@ class RankEntry:
             "calibration": None if self.calibration is None else dict(self.calibration),
             "ttft_ms": None if self.ttft_s is None else self.ttft_s * 1e3, "e2e_latency_s": self.e2e_latency_s,
             "max_batch": self.max_batch, "launch_args": None if self.launch_args is None else list(self.launch_args),
-            "bound": dict(self.bound),
+            "bound": dict(self.bound), "max_model_len": self.max_model_len,
+            "kv_sequences_at_max_model_len": self.kv_sequences, "measured_in_training": self.measured_in_training,
         })
         return out
 
@@ -179,20 +183,39 @@ def sla_itl(p: Prediction, strict: bool) -> tuple[float, str]:
 
 
 def _entry(p: Prediction, strict: bool, prices: Prices, replicas: int = 1, row: Any = None,
-           dtype: str | None = None) -> RankEntry:
+           dtype: str | None = None, model: str | None = None, plan: ContextPlan | None = None) -> RankEntry:
+    """The rank entry of prediction ``p`` of ``row``; ``model`` is what ``vllm serve`` loads and ``plan`` the
+    row's context plan (:func:`wattgpu.launch.context_plans`; no launch line without it)."""
     itl_sla, _ = sla_itl(p, strict)
     wl = row[2] if row is not None else Workload.from_dict(p.workload)
-    args = vllm_args(row[1], wl, dtype) if row is not None else None
+    args = vllm_args(row[1], wl, dtype, plan.max_model_len, model) if plan is not None and row is not None else None
+    warnings = p.warnings if plan is None or plan.note is None else (*p.warnings, plan.note)
     return RankEntry(
         gpu=p.gpu, power_w=p.power_w, itl_s=p.itl_s, itl_sla_s=itl_sla, throughput_tok_s=p.throughput_tok_s,
         effective_batch=p.effective_batch, busy_fraction=p.busy_fraction, energy=p.energy(*prices),
         power_method=p.power_method, idle_power_w=p.idle_power_w, idle_power_source=p.idle_power_source,
         power_intervals={_level_key(i.level): (i.low, i.high) for i in p.power_intervals},
         itl_intervals={_level_key(i.level): (i.low, i.high) for i in p.itl_intervals},
-        baselines=dict(p.baselines), warnings=p.warnings, max_qps=p.max_qps, utilization=p.utilization,
+        baselines=dict(p.baselines), warnings=warnings, max_qps=p.max_qps, utilization=p.utilization,
         max_concurrency=p.max_concurrency, replicas=replicas, qps_per_replica=p.workload.get("qps"), tp=p.tp,
         calibration=p.calibration, ttft_s=p.ttft_s, e2e_latency_s=p.e2e_latency_s, max_batch=int(wl.max_batch),
-        launch_args=None if args is None else tuple(args), bound=dict(p.bound))
+        launch_args=None if args is None else tuple(args), bound=dict(p.bound),
+        max_model_len=None if plan is None else plan.max_model_len, kv_sequences=None if plan is None else plan.kv_sequences)
+
+
+def check_max_model_len(max_model_len: Any, wl: Workload) -> int | None:
+    """The user's ``max_model_len`` as an int of at least the workload's input + output tokens, or None."""
+    if max_model_len is None:
+        return None
+    if isinstance(max_model_len, bool) or not isinstance(max_model_len, (int, float)) \
+            or not math.isfinite(max_model_len) or max_model_len != int(max_model_len) or max_model_len < 1:
+        raise WattGPUError(f"max_model_len = {max_model_len!r} is invalid; expected a whole number of tokens")
+    if max_model_len < wl.context_tokens:
+        raise WattGPUError(f"max_model_len = {int(max_model_len)} is shorter than the workload's input + output tokens "
+                           f"({wl.context_tokens}): the server would refuse these requests; raise it or shorten them")
+    if max_model_len > 1_048_576 * 2:
+        raise WattGPUError(f"max_model_len = {int(max_model_len)} is absurd; expected at most 2097152 tokens")
+    return int(max_model_len)
 
 
 def check_sla_ms(max_itl_ms: Any, max_ttft_ms: Any) -> None:
@@ -297,7 +320,15 @@ def _sort_key(sort: str) -> Callable[[RankEntry], tuple[Any, ...]]:
         return lambda e: (e.fleet_power_w, e.j_per_token, e.gpu, e.tp)
     if sort == "power":
         return lambda e: (e.total_power_w, e.gpu, e.tp)
+    if sort == "cost":
+        return lambda e: (cost_per_mtok(e.energy), e.j_per_token, e.gpu, e.tp)
     return lambda e: (e.itl_s, e.gpu, e.tp)
+
+
+def cost_per_mtok(energy: Mapping[str, Any]) -> float:
+    """$ per million tokens: the electricity (``--usd-per-kwh``, with PUE) plus the GPU rent
+    (``--usd-per-gpu-hour``), whichever are given."""
+    return float(energy.get("usd_per_mtok") or 0.0) + float(energy.get("usd_per_mtok_gpu_hours") or 0.0)
 
 
 def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None = None,
@@ -305,8 +336,12 @@ def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None 
          usd_per_kwh: float | None = None, gco2_per_kwh: float | None = None, pue: float = 1.0,
          replicas: int | str | None = None, dtype: str | None = None, tp: int | str | None = None,
          max_ttft_ms: float | None = None, usd_per_gpu_hour: float | None = None,
-         max_utilization: float | None = None) -> RankResult:
+         max_utilization: float | None = None, max_model_len: int | None = None) -> RankResult:
     """Rank ``gpus`` (default: the whole catalog) for serving ``llm`` under ``workload``.
+
+    Every candidate carries a launch line (``launch_args``) whose ``--max-model-len`` is ``max_model_len``
+    (at least the workload's input + output tokens) or, by default, the model's context, and the number
+    of such sequences its KV cache holds (see :mod:`wattgpu.launch`).
 
     ``tp``: tensor-parallel degree for every GPU (default: ``workload.tp``), or ``"auto"`` to try
     N ∈ {1, 2, 4, 8} per GPU type (only groups the GPU comes in and the model's heads divide into) and
@@ -318,7 +353,8 @@ def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None 
     memory limit, and keeps the cap that meets the SLA at the lowest energy per token (``max_batch`` of
     its entry); it is excluded only when no cap does ("misses SLA even at batch 1: ITL 62.0 ms > 50 ms").
     GPUs that cannot hold the model are excluded with a one-line reason; the rest are sorted by
-    ``sort``: energy per token (default), mean power, or ITL. ``usd_per_kwh``/``gco2_per_kwh`` with
+    ``sort``: energy per token (default), mean power, ITL, or cost ($ per million tokens: electricity plus
+    GPU rent, whichever prices are given). ``usd_per_kwh``/``gco2_per_kwh`` with
     ``pue`` add $ and gCO2e per million tokens; ``usd_per_gpu_hour`` the GPU rent per million tokens.
 
     A server load beyond a GPU's capacity excludes it as ``overloaded``. With ``replicas`` (``"auto"`` or
@@ -336,12 +372,16 @@ def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None 
     require_type("strict", strict, bool, "True or False")
     check_sla_ms(max_itl_ms, max_ttft_ms)
     check_prices(usd_per_kwh, gco2_per_kwh, pue, usd_per_gpu_hour)
+    if sort == "cost" and usd_per_kwh is None and usd_per_gpu_hour is None:
+        raise WattGPUError("sort = 'cost' (--sort cost) needs a price: give usd_per_gpu_hour (--usd-per-gpu-hour, GPU "
+                           "rent) and/or usd_per_kwh (--usd-per-kwh, electricity)")
     replicas = check_replicas(replicas)
-    if max_utilization is not None and replicas is None:
-        raise WattGPUError("max_utilization applies to fleets: give replicas ('auto' or a count) with it")
+    if max_utilization is not None and replicas is None and wl.kind != "server":
+        raise WattGPUError("max_utilization applies to a server workload (--workload server --qps N)")
     util_target = check_max_utilization(max_utilization)
     pred = _as_predictor(predictor) or default_predictor()
     spec = with_dtype(pred.resolve_llm(llm), dtype)
+    launch = (model_reference(llm, spec), check_max_model_len(max_model_len, wl))
     if replicas is not None and wl.kind != "server":
         raise WattGPUError(f"replicas = {replicas!r} needs a server workload with a total rate (--qps N)")
     gpu_specs = list(pred.catalog.gpus) if gpus is None else _unique([pred.resolve_gpu(g) for g in _gpu_list(gpus)])
@@ -353,7 +393,7 @@ def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None 
     ttft_sla = None if max_ttft_ms is None else float(max_ttft_ms)
     if replicas is not None:
         return _rank_fleet(pred, spec, rows, failed, wl, replicas, max_itl_ms, strict, sort, prices, tp_asked,
-                           ttft_sla, util_target, dtype)
+                           ttft_sla, util_target, dtype, launch)
     first = pred.predict_specs_safe(rows)
     sla = max_itl_ms is not None or ttft_sla is not None
     chosen = (search_caps(pred, rows, first, strict, max_itl_ms, ttft_sla) if sla
@@ -363,14 +403,15 @@ def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None 
     basis = "point prediction"
     errors: dict[str, tuple[int, WattGPUError]] = dict(failed)  # per GPU: the error of its largest group tried
     served: set[str] = set()
-    for r, row, kind, why in chosen:
+    plans = context_plans([row for _, row, _, _ in chosen], launch[1])
+    for (r, row, kind, why), plan in zip(chosen, plans):
         g, _, w = row
         if isinstance(r, WattGPUError):
             if g.name not in errors or w.tp >= errors[g.name][0]:
                 errors[g.name] = (w.tp, r)
             continue
         served.add(g.name)
-        entry = _entry(r, strict, prices, row=row, dtype=dtype)
+        entry = _entry(r, strict, prices, row=row, dtype=dtype, model=launch[0], plan=plan)
         _, basis_r = sla_itl(r, strict)
         basis = basis_r if strict else basis
         if kind is None and r.overloaded:
@@ -382,11 +423,54 @@ def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None 
         candidates.append(entry)
     _add_failed(excluded, errors, served)
     candidates.sort(key=_sort_key(sort))
+    headroom = util_target if wl.kind == "server" else None
+    if headroom is not None:
+        candidates = headroom_order(candidates, headroom)
+    candidates = _mark_measured(pred, candidates)
     excluded.sort(key=lambda t: t[0])
     return RankResult(llm=spec.name, workload=wl, sort=sort, max_itl_ms=None if max_itl_ms is None else float(max_itl_ms),
                       strict=strict, sla_basis=basis, usd_per_kwh=usd_per_kwh, gco2_per_kwh=gco2_per_kwh, pue=pue,
                       candidates=tuple(candidates), excluded=tuple(e for _, e in excluded), tp=tp_asked,
-                      max_ttft_ms=ttft_sla, usd_per_gpu_hour=usd_per_gpu_hour)
+                      max_ttft_ms=ttft_sla, usd_per_gpu_hour=usd_per_gpu_hour, max_utilization=headroom)
+
+
+IDLE_FLEET_FACTOR = 2.0  # a fleet with this many times the replicas its capacity needs says why
+
+
+def idle_fleet_note(entry: RankEntry, total_qps: float, max_utilization: float) -> str | None:
+    """Why a fleet runs far below the headroom, or None: when its replicas are at least
+    ``IDLE_FLEET_FACTOR`` × the count the capacity alone needs (``total_qps`` / (capacity × headroom)), the
+    SLA is what sizes it (only a small batch cap meets it, or the queue at higher load breaks it)."""
+    if entry.replicas <= 1 or not entry.max_qps or not math.isfinite(entry.max_qps):
+        return None
+    needed = max(1, math.ceil(total_qps / (entry.max_qps * max_utilization) * (1 - 1e-12)))
+    if entry.replicas < IDLE_FLEET_FACTOR * needed:
+        return None
+    util = entry.utilization or 0.0
+    return (f"{entry.replicas} replicas where capacity alone needs {needed}: each runs at {util:.0%} of its capacity, "
+            f"far below the {max_utilization:.0%} headroom, because the SLA holds only at this light load (batch cap "
+            f"{entry.max_batch}); a faster GPU or a looser SLA needs fewer GPUs")
+
+
+def _mark_measured(pred: Any, candidates: Sequence[RankEntry]) -> list[RankEntry]:
+    """``candidates`` with ``measured_in_training`` set from the bundle's training domain (None when the
+    bundle does not record its GPUs)."""
+    gpus = set(pred.bundle.schema.domain.get("gpus", ()))
+    return [replace(c, measured_in_training=(c.gpu in gpus) if gpus else None) for c in candidates]
+
+
+def headroom_order(candidates: Sequence[RankEntry], target: float) -> list[RankEntry]:
+    """Single replicas of a server load: those within the utilization ``target`` (the fleets' headroom,
+    ``--max-utilization``, 0.8 by default) first, then those above it, each group in the sort order; an
+    entry above it says why in its warnings. One default answer whether or not ``--replicas`` is given:
+    a GPU run at 85 % of its capacity queues requests sharply more for any burst (its TTFT grows as
+    1 / (1 − utilization))."""
+    within = [c for c in candidates if c.utilization is None or c.utilization <= target + 1e-12]
+    above = [replace(c, warnings=(*c.warnings, f"runs at {c.utilization:.0%} of its capacity, above the "
+                                  f"{target:.0%} headroom (--max-utilization): ranked after the GPUs within it; "
+                                  "--replicas auto adds replicas instead"))
+             for c in candidates if c.utilization is not None and c.utilization > target + 1e-12]
+    return within + above
 
 
 def _add_failed(excluded: list[tuple[tuple[int, float, str, int], Excluded]],
@@ -395,7 +479,7 @@ def _add_failed(excluded: list[tuple[tuple[int, float, str, int], Excluded]],
     for name, (n, err) in errors.items():
         if name in served:
             continue  # another group size of this GPU works; the failing ones are not news
-        kind, reason = _reason(err)
+        kind, reason = _reason(err, n)
         excluded.append(((_EXCLUDE_ORDER[kind], 0.0, name, n), Excluded(name, kind, reason, tp=n)))
 
 
@@ -431,7 +515,8 @@ def _itl_scale(pred: Any, strict: bool) -> tuple[float, str]:
 def _rank_fleet(pred: Any, spec: Any, rows: Sequence[tuple[Any, Any, Workload]],
                 failed: Mapping[str, tuple[int, WattGPUError]], wl: Workload, replicas: int | str,
                 max_itl_ms: float | None, strict: bool, sort: str, prices: Prices, tp_asked: int | str,
-                max_ttft_ms: float | None, max_utilization: float, dtype: str | None) -> RankResult:
+                max_ttft_ms: float | None, max_utilization: float, dtype: str | None,
+                launch: tuple[str | None, int | None] = (None, None)) -> RankResult:
     """Rank GPU types (and, with ``tp="auto"``, group sizes) by the fleet of replicas that carries
     ``wl.qps`` (see :mod:`wattgpu.fleet`); each replica is one tensor-parallel group."""
     scale, basis = _itl_scale(pred, strict)
@@ -446,21 +531,26 @@ def _rank_fleet(pred: Any, spec: Any, rows: Sequence[tuple[Any, Any, Workload]],
     served: set[str] = set()
     for group, gpus in sorted(by_tp.items()):
         w = wl if wl.tp == group else replace(wl, tp=group)
-        for g, (n, r, why) in zip(gpus, fleet.plan(pred, spec, gpus, w, replicas, sla)):
+        planned = fleet.plan(pred, spec, gpus, w, replicas, sla)
+        plans = dict(zip((g.name for g in gpus), context_plans([(g, spec, w) for g in gpus], launch[1])))
+        for g, (n, r, why) in zip(gpus, planned):
             if isinstance(r, WattGPUError):
                 if g.name not in errors or group >= errors[g.name][0]:
                     errors[g.name] = (group, r)
                 continue
             served.add(g.name)
-            entry = _entry(r, strict, prices, replicas=n, row=(g, spec, Workload.from_dict(r.workload)), dtype=dtype)
+            entry = _entry(r, strict, prices, replicas=n, row=(g, spec, Workload.from_dict(r.workload)), dtype=dtype,
+                           model=launch[0], plan=plans[g.name])
             if why is not None:
                 kind = "overloaded" if why.startswith("overloaded") else "misses_sla"
                 reason = why if replicas == "auto" else f"{n} replicas: {why}"
                 excluded.append(((0, entry.itl_sla_s, g.name, group), Excluded(g.name, kind, reason, entry, tp=group)))
                 continue
-            candidates.append(entry)
+            note = idle_fleet_note(entry, float(wl.qps or 0.0), max_utilization)
+            candidates.append(entry if note is None else replace(entry, warnings=(*entry.warnings, note)))
     _add_failed(excluded, errors, served)
     candidates.sort(key=_sort_key("fleet" if sort == "energy" else sort))
+    candidates = _mark_measured(pred, candidates)
     excluded.sort(key=lambda t: t[0])
     return RankResult(llm=spec.name, workload=wl, sort=sort, max_itl_ms=None if max_itl_ms is None else float(max_itl_ms),
                       strict=strict, sla_basis=basis, usd_per_kwh=prices[0], gco2_per_kwh=prices[1], pue=prices[2],
@@ -500,11 +590,12 @@ def _gpu_list(gpus: Any) -> list[Any]:
     return out
 
 
-def _reason(err: WattGPUError) -> tuple[str, str]:
+def _reason(err: WattGPUError, tp: int = 1) -> tuple[str, str]:
     if isinstance(err, ModelFitError):
         need, have = getattr(err, "need_gb", None), getattr(err, "have_gb", None)
         if need is not None and have is not None:
-            return "does_not_fit", f"does not fit: needs {need:.1f} GB, GPU has {have:.1f} GB usable"
+            per = "" if tp == 1 else f" per GPU of a group of {tp} (1/{tp} of the weights and KV cache)"
+            return "does_not_fit", f"does not fit: needs {need:.1f} GiB{per}, GPU has {have:.1f} GiB usable"
         return "does_not_fit", str(err)
     if isinstance(err, SpecValidationError) and err.field == "tp":
         return "no_group", f"no tensor-parallel group: {err}"

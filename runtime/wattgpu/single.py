@@ -29,7 +29,7 @@ from .bundle import ModelBundle
 from .checks import NO_KV_CACHE
 from .prediction import Prediction
 from .results import (CLOSED_LOOP_CODE, ROW_COLUMNS, RowMemo, finish, latency_numbers, memo_for, prediction,
-                      served_token_rate, utilization)
+                      served_token_rate, steady, utilization)
 from .targets import inverse
 
 
@@ -102,7 +102,7 @@ def numbers_one(bundle: ModelBundle, row: Row, memo: RowMemo | None = None) -> t
                                     memo.spec(wl, F.workload_columns)))
         if not c["fit_sequences"] >= 1:
             return None
-        out = evaluate_one(bundle, c)
+        out = evaluate_one(bundle, steady(c))
         learned = "server" in bundle.schema.domain.get("kinds", ())
         max_qps, grid_batch, grid_itl = (memo or RowMemo()).capacity(row, learned,
                                                                      lambda: _capacity(bundle, row, c, learned))
@@ -115,7 +115,7 @@ def numbers_one(bundle: ModelBundle, row: Row, memo: RowMemo | None = None) -> t
             return None
         util = utilization(c, max_qps, batch, req_s)  # type: ignore[arg-type]
         clients = c["wl_concurrency"] if c["wl_kind_code"] == CLOSED_LOOP_CODE else math.nan
-        wait = latency.closed_loop_wait(clients, batch, req_s)
+        wait = latency.closed_loop_wait(clients, rate / c["wl_output_tokens"], req_s)
         numbers.update(latency_numbers(c, latency.prefill_budget(g, wl), batch, itl, rate,
                                        latency.step_envelope_one(batch, grid_batch, grid_itl), wait))
     except ArithmeticError:  # ZeroDivisionError, OverflowError: numpy would give inf/NaN

@@ -84,8 +84,11 @@ class Workload:
     ``tp`` is the tensor-parallel degree: the model is split over ``tp`` GPUs of the chosen type
     (see :mod:`wattgpu.parallel`); power is then predicted per GPU and summed for the group.
 
-    ``concurrency`` (when set) is the measured or fixed number of sequences decoding together; it
-    overrides what the batch cap and the memory would allow, up to the memory limit.
+    ``concurrency`` (when set) is the number of clients of a closed loop (or a measured mean
+    concurrency). The engine runs min(clients, ``max_batch``, sequences whose KV cache fits) of them at
+    once, as vLLM's ``max_num_seqs`` does; the other clients queue for a slot, and their wait is part of
+    TTFT and end-to-end latency, so that clients = request rate × (wait + time in a slot) (Little's law)
+    and the request rate never exceeds the capacity.
     ``kv_cache_dtype``: the engine's KV-cache element type, ``auto`` (16-bit) or ``fp8`` (1 byte).
     """
 

@@ -374,3 +374,20 @@ def test_a_section_with_parameters_out_of_bounds_is_refused(calibrated, tmp_path
     (d / SCHEMA_FILE).write_text(json.dumps(m))
     res = run_cli("predict", "--llm", LLM, "--gpu", GPU, "--models", str(d))
     assert res.returncode == 3 and "slope" in res.stderr and "outside" in res.stderr, res.stderr
+
+
+def test_the_fit_starts_from_the_predictions_it_corrects(tmp_path):
+    """The raw model output a calibration is fitted on equals what uncalibrated predictions use (offline and
+    closed-loop runs: busy the whole run), so an empty parameter set reproduces the uncalibrated error.
+    Merging issue 32's equal-load rule broke this once: offline runs were fitted on another kind's output."""
+    from wattgpu.measured import runs_from_csv
+
+    path = tmp_path / "runs.csv"
+    path.write_text(
+        "llm,gpu,kind,max_batch,concurrency,output_tokens,power_w,itl_s\n"
+        "Qwen/Qwen3-8B,NVIDIA H100 SXM5 80GB,offline,8,,647,427.0,0.0082\n"
+        "Qwen/Qwen3-8B,NVIDIA H100 SXM5 80GB,offline,256,,654,632.8,0.0314\n"
+        "Qwen/Qwen3-8B,NVIDIA H100 SXM5 80GB,closed_loop,256,32,600,480.0,0.012\n", encoding="utf-8")
+    runs = runs_from_csv(str(path), Predictor())
+    for target in ("power", "itl"):
+        np.testing.assert_allclose(runs.raw_of(target), runs.predicted[target], rtol=1e-9)

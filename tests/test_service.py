@@ -74,6 +74,9 @@ RANK_CASES = [
     # a 70B model fits no single A30/L40S: without a tp, both fall back to tensor-parallel groups
     ({"llm": "meta-llama/Llama-3.1-70B-Instruct", "gpus": ["A30", "L40S"]},
      ["--llm", "meta-llama/Llama-3.1-70B-Instruct", "--gpus", "A30,L40S"]),
+    # issue 32's options: the launch line's --max-model-len and the cost order
+    ({"llm": LLM, "max_model_len": 4096, "sort": "cost", "usd_per_gpu_hour": 2.0, "gpus": ["A30", "L40S", "L4"]},
+     ["--llm", LLM, "--max-model-len", "4096", "--sort", "cost", "--usd-per-gpu-hour", "2", "--gpus", "A30,L40S,L4"]),
 ]
 
 
@@ -109,8 +112,16 @@ def test_inline_config_and_gpu_spec_equal_cli_files(app: Any, tmp_path: Path) ->
     assert r.json()["llm"] == "test/inline-qwen3"
     assert r.json() == cli_json("predict", "--gpu", str(tmp_path / "gpu.json"), "--llm", str(tmp_path / "config.json"),
                                 "--qps", "0.3")
-    r = _post(app, "/v1/rank", {"llm": config, "gpus": [gpu, "A30"]})
-    assert r.json() == cli_json("rank", "--llm", str(tmp_path / "config.json"), "--gpus", f"{tmp_path / 'gpu.json'},A30")
+    served = _post(app, "/v1/rank", {"llm": config, "gpus": [gpu, "A30"]}).json()
+    local = cli_json("rank", "--llm", str(tmp_path / "config.json"), "--gpus", f"{tmp_path / 'gpu.json'},A30")
+    # the launch line names the model as vLLM would load it: a local directory by its path (issue 32), an
+    # inline config by its _name_or_path (the server never sees a path); everything else is the same
+    for answer, model in ((served, "test/inline-qwen3"), (local, str(tmp_path))):
+        assert answer["candidates"]
+        for c in answer["candidates"]:
+            assert c["launch_args"][:3] == ["vllm", "serve", model]
+            c["launch_args"][2] = None
+    assert served == local
 
 
 def test_batch_is_the_columnar_path_row_by_row(app: Any) -> None:

@@ -695,7 +695,8 @@ def llms(as_json: bool, models: str | None) -> None:
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on (0.0.0.0 exposes it to the network: put it behind a proxy).")
-@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True,
+              help="TCP port to listen on.")
 @models_option
 @guarded
 def serve(host: str, port: int, models: str | None) -> None:

@@ -211,7 +211,7 @@ def rank_work(svc: Service, body: dict[str, Any]) -> dict[str, Any]:
     options = dict(max_itl_ms=max_itl_ms, max_ttft_ms=max_ttft_ms, strict=body.get("strict", False),
                    sort=body.get("sort", "energy"), usd_per_kwh=usd, gco2_per_kwh=gco2, pue=pue,
                    usd_per_gpu_hour=rent, replicas=body.get("replicas"), max_utilization=body.get("max_utilization"),
-                   dtype=_dtype(body))
+                   max_model_len=body.get("max_model_len"), dtype=_dtype(body))
     res, _ = _guard("<request>", lambda: rank_result(pred, llm, workload, tp_auto=tp_auto, tp_given=tp_given,
                                                      gpus=gpus, **options))
     return res.to_dict()

@@ -22,7 +22,7 @@ PRICE_KEYS = ("usd_per_kwh", "gco2_per_kwh", "pue", "usd_per_gpu_hour")
 SLA_KEYS = ("max_itl_ms", "max_ttft_ms", "max_itl_s", "max_ttft_s")
 PREDICT_KEYS = frozenset({"gpu", "llm", "workload", "dtype", "sla", *PRICE_KEYS})
 RANK_KEYS = frozenset({"llm", "workload", "dtype", "sla", "gpus", "tp", "replicas", "max_utilization", "strict",
-                       "sort", *PRICE_KEYS})
+                       "sort", "max_model_len", *PRICE_KEYS})
 BATCH_KEYS = frozenset({"rows", "workload", *PRICE_KEYS})
 BATCH_ROW_KEYS = frozenset({"gpu", "llm", "workload"})
 

@@ -7,6 +7,7 @@ import json
 from dataclasses import MISSING, fields
 from typing import Any
 
+from ..rank import SORT_KEYS
 from ..workload import ENGINE_ERAS, ITL_STATS, KINDS, KV_CACHE_DTYPES, Workload
 from .inputs import MAX_BATCH_ROWS, MAX_BODY_BYTES
 
@@ -74,7 +75,9 @@ def openapi_document() -> dict[str, Any]:
             "tp": {"oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "enum": ["auto"]}]},
             "replicas": {"oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "enum": ["auto"]}]},
             "max_utilization": _OPT_NUM, "strict": {"type": "boolean", "default": False},
-            "sort": {"type": "string", "enum": ["energy", "power", "itl"], "default": "energy"},
+            "sort": {"type": "string", "enum": list(SORT_KEYS), "default": "energy"},
+            "max_model_len": {"type": ["integer", "null"], "minimum": 1,
+                              "description": "Longest sequence the launched server must accept (rank --max-model-len)."},
             "dtype": {"type": "string", "default": "auto"}, **prices}},
         "BatchRequest": {"type": "object", "required": ["rows"], "additionalProperties": False, "properties": {
             "rows": {"type": "array", "minItems": 1, "maxItems": MAX_BATCH_ROWS, "items": {

@@ -67,7 +67,10 @@ def test_no_missing_keys_and_valid_categories(records):
         assert records[col].notna().all(), col
     assert set(records["kind"]) <= {"offline", "server", "closed_loop"}
     assert set(records["engine"]) <= ENGINES
-    assert (records["concurrency"] > 0).all()
+    # the mean running batch is unknown only for brunetta's offline runs (not reported; max_batch caps it)
+    known = records["source"] != "brunetta_llm_inference_power"
+    assert (records.loc[known, "concurrency"] > 0).all()
+    assert records.loc[~known, "concurrency"].isna().all()
     assert records["qps"].isna().all()  # no source has a Poisson-arrival scenario
 
 
@@ -116,8 +119,11 @@ def test_tensor_parallel_rows_kept_only_as_one_tp_group(raw):
     rep = exclusion_report(DATA, single_gpu_only=False)
     assert rep.loc["not_tensor_parallel", "mlenergy_v2"] == (v2["pipeline_parallel"] > 1).sum()
     assert rep.loc["not_tensor_parallel", "mlenergy_v3"] == (v3["num_gpus"] != v3["tensor_parallel"]).sum()
-    # 188 with power (ML.ENERGY) + 26 (holtmann), 379 with ITL (+ LLM-Pilot) + 35 (holtmann)
-    assert (every["x_num_gpus"] > 1).sum() == 414
+    # 236 with power (ML.ENERGY, 48 of them B200) + 26 (holtmann), 427 with ITL (+ LLM-Pilot) + 35 (holtmann)
+    multi = every[every["x_num_gpus"] > 1]
+    assert len(multi) == 462
+    assert multi["power_w"].notna().sum() == 262
+    assert (multi["gpu"] == "NVIDIA B200 (HGX/DGX B200)").sum() == 48
 
 
 def test_only_decoder_llms(records):
@@ -240,3 +246,49 @@ def test_holtmann_consumer_gpu_counts_and_exclusions(raw):
     assert every["power_w"].isna().sum() == 14  # telemetry missing: latency kept, power NaN
     single = load_measurements(DATA, sources=["holtmann_consumer_gpu"])
     assert len(single) == 41 and (single["x_tp"] == 1).all()
+
+
+def test_mlenergy_v3_includes_b200(raw):
+    """The B200 rows, once held back as an external check, are training rows now: 291 of 565 rows, 113 single-GPU
+    rows kept (all with power and ITL) beside 81 H100 rows."""
+    src = raw["mlenergy_v3"]
+    assert len(src) == 565 and (src["gpu"] == "B200").sum() == 291
+    v3 = load_measurements(DATA, sources=["mlenergy_v3"])
+    assert v3.groupby("gpu").size().to_dict() == {"NVIDIA B200 (HGX/DGX B200)": 113, "NVIDIA H100 SXM5 80GB": 81}
+    assert v3["power_w"].notna().all() and v3["itl_s"].notna().all()
+    assert (v3["x_power_window"] == "steady_state").all()
+
+
+def test_brunetta_counts_protocol_and_exclusions(raw):
+    """284 runs: DP runs, FP8 online quantisation, LLMs without a catalog config, the memory test and the
+    synthetic rows dropped; 33 single-GPU bf16 runs kept (17 H100, 16 A100 80GB) with ITL; their whole-run power
+    is recorded as such and kept out of the (steady-state) power target; their TTFT (queueing excluded) never
+    fills the client-side TTFT column."""
+    src = raw["brunetta_llm_inference_power"]
+    assert len(src) == 284
+    rep = exclusion_report(DATA)["brunetta_llm_inference_power"]
+    assert rep["not_tensor_parallel"] == (src["num_gpus"] != src["tensor_parallel"]).sum() == 156
+    assert rep["llm_not_in_catalog"] == 40
+    assert rep["brunetta_fp8_online_quant"] == 52
+    assert rep["brunetta_not_standard_run"] == 3
+    assert rep["power_whole_run_window"] == 33
+    assert rep["kept"] == 33
+    b = load_measurements(DATA, sources=["brunetta_llm_inference_power"])
+    assert b.groupby("gpu").size().to_dict() == {"NVIDIA A100 SXM4 80GB": 16, "NVIDIA H100 SXM5 80GB": 17}
+    assert b["power_w"].isna().all() and b["itl_s"].notna().all()
+    assert (b["x_power_window"] == "whole_run").all() and (b["x_ttft_def"] == "excl_queueing").all()
+    assert b["x_ttft_mean_s"].isna().all() and b["x_ttft_sched_s"].notna().all()
+    assert (b["kind"] == "offline").all() and (b["engine_era"] == "current").all()
+    assert (b["itl_statistic"] == "mean").all() and (b["x_precision"] == "bfloat16").all()
+    kept = _raw_of(b, raw, "brunetta_llm_inference_power")
+    np.testing.assert_allclose(b["itl_s"], kept["itl_s"])
+    np.testing.assert_allclose(b["max_batch"], kept["max_num_seqs"].fillna(256.0))
+    np.testing.assert_allclose(b["num_requests"], kept["requests"])
+
+
+def test_protocol_columns_cover_every_source(records):
+    """Each row says what its power averages over and what its TTFT counts (data/README.md)."""
+    assert set(records["x_power_window"]) <= {"steady_state", "active_generation", "whole_run", "none"}
+    assert set(records["x_ttft_def"]) <= {"client", "static_batch", "excl_queueing", "none"}
+    assert records.loc[records["x_power_window"] == "none", "power_w"].isna().all()
+    assert records.loc[records["x_ttft_mean_s"].notna(), "x_ttft_def"].eq("client").all()

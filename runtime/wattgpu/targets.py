@@ -19,7 +19,8 @@ TARGETS = (POWER, ITL)
 UNITS = {POWER: "W", ITL: "s/token"}
 
 # Transforms whose physical value is bounded whatever the trees output (the default recipe uses only these).
-BOUNDED = frozenset({"logit_activity_over_duty", "log_excess_over_roofline", "log_excess_over_step"})
+BOUNDED = frozenset({"logit_activity_over_duty", "log_excess_over_roofline", "log_excess_over_step",
+                     "log_excess_over_step_time"})
 
 # Bounded transforms (issue 21): what the model outputs is mapped INTO the physical range, so no cap or
 # clip after the fact does the work. Power = idle + (TDP − idle)·σ(z + logit a₀) lies strictly between the
@@ -96,6 +97,13 @@ TRANSFORMS: dict[str, Transform] = {
         lambda z, c: c["roofline_itl_s"] + _step_excess_s(c) * ops.exp(z),
         "log((ITL − roofline) / (layers × engine overhead)): ITL = roofline + overhead·e^learned, above the "
         "roofline floor by construction",
+    ),
+    "log_excess_over_step_time": (
+        lambda y, c: ops.log(ops.maximum(y - c["roofline_itl_s"], EXCESS_MIN * c["roofline_itl_s"]) / c["step_time_s"]),
+        lambda z, c: c["roofline_itl_s"] + c["step_time_s"] * ops.exp(z),
+        "log((ITL − roofline) / (roofline + layers × engine overhead)): the excess in units of the physical step, "
+        "which scale with the GPU's bandwidth (roofline) and the engine's per-step overhead; ITL = roofline + "
+        "step·e^learned, above the roofline floor by construction",
     ),
     "log": (
         lambda y, c: ops.log(y),

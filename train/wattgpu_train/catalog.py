@@ -29,7 +29,7 @@ INTERCONNECT_TABLE = "interconnect.csv"
 IDLE_STATE_USED = "loaded"
 
 GPU_FACT_COLUMNS = (
-    "compute_capability", "process_nm", "die_mm2", "memory_bus_bits", "tensor_cores",
+    "compute_capability", "process_nm", "die_mm2", "memory_bus_bits", "tensor_cores", "module_power_w",
     "int8_tops_dense", "nvlink_gb_s", "pcie_gen", "sources", "notes",
 )
 LLM_FACT_COLUMNS = (

@@ -1,8 +1,8 @@
 """Load the public measurement sets in ``data/`` into the record schema (``records.RECORD_COLUMNS``).
 
-Seven sources are read from ``data/<source>/rows.csv`` (copied unchanged from the shared data folder):
+Eight sources are read from ``data/<source>/rows.csv`` (copied unchanged from the shared data folder):
 ``mlenergy_v1``, ``mlenergy_v2``, ``mlenergy_v3``, ``argonne``, ``llm_pilot``,
-``llmperf_techgrandpa`` and ``holtmann_consumer_gpu``. Each row is mapped to the record schema by a per-source function (engine,
+``llmperf_techgrandpa``, ``holtmann_consumer_gpu`` and ``brunetta_llm_inference_power``. Each row is mapped to the record schema by a per-source function (engine,
 engine era, workload kind, concurrency, which ITL statistic), GPUs are mapped through the reviewed table ``data/gpu_map.csv`` and LLMs are checked
 against ``data/catalog/llm_configs.csv``. Then the ordered rules in :data:`EXCLUSIONS` drop rows or
 blank out a target that cannot be used. ``data/README.md`` explains every decision and lists the
@@ -12,7 +12,11 @@ Extra columns kept after the record columns (all prefixed ``x_``): ``x_precision
 as served: float16, bfloat16, float16|bfloat16, fp8, mxfp4, or ``float16 (assumed)``),
 ``x_num_gpus``, ``x_task``, ``x_source_gpu`` (the GPU string as the source spells it),
 ``x_llm_source_name``, ``x_tp`` (tensor-parallel degree; power_w is per GPU, itl_s per sequence) and
-``x_ttft_mean_s`` (mean time to first token where the source measured it, else NaN).
+``x_ttft_mean_s`` (mean time to first token as the client sees it, queueing included, where the source
+measured it, else NaN), and the row's measurement protocol: ``x_power_window`` (what the power is an
+average over: ``steady_state``, ``active_generation``, ``whole_run`` or ``none``) and ``x_ttft_def`` (what
+the source's TTFT counts: ``client``, ``static_batch``, ``excl_queueing`` or ``none``). A TTFT that
+excludes queueing is kept apart in ``x_ttft_sched_s`` so it never scores the client-side TTFT.
 """
 from __future__ import annotations
 
@@ -26,13 +30,25 @@ import pandas as pd
 from .records import RECORD_COLUMNS, check_records
 
 SOURCES: tuple[str, ...] = ("mlenergy_v1", "mlenergy_v2", "mlenergy_v3", "argonne", "llm_pilot", "llmperf_techgrandpa",
-                             "holtmann_consumer_gpu")
+                             "holtmann_consumer_gpu", "brunetta_llm_inference_power")
 HOLTMANN = "holtmann_consumer_gpu"
+BRUNETTA = "brunetta_llm_inference_power"
 # LLMs a source measured that the catalog does not carry: their rows are dropped by the rule
 # ``llm_not_in_catalog`` (counted), any other unknown LLM is an error.
-_NOT_IN_CATALOG = {("llmperf_techgrandpa", "Qwen/Qwen2.5-Coder-14B-Instruct")}
+_NOT_IN_CATALOG = {("llmperf_techgrandpa", "Qwen/Qwen2.5-Coder-14B-Instruct"),
+                   # not in the shared catalog (../shared/data/catalog/llm_configs) either, so no cited config
+                   (BRUNETTA, "mistralai/Ministral-8B-Instruct-2410"),
+                   (BRUNETTA, "mistralai/Mistral-Small-3.1-24B-Instruct-2503"), (BRUNETTA, "Qwen/QwQ-32B")}
 DECODER_ARCH_CLASSES = ("decoder_transformer", "decoder_moe_transformer")
-EXTRA_COLUMNS = ("x_precision", "x_num_gpus", "x_task", "x_source_gpu", "x_llm_source_name", "x_tp", "x_ttft_mean_s")
+EXTRA_COLUMNS = ("x_precision", "x_num_gpus", "x_task", "x_source_gpu", "x_llm_source_name", "x_tp", "x_ttft_mean_s",
+                 "x_ttft_sched_s", "x_power_window", "x_ttft_def")
+# Measurement protocol per source (data/README.md "Measurement protocol"): the window the power is averaged
+# over and what the TTFT counts. Today's vLLM user measures steady-state power and the client's TTFT.
+POWER_WINDOW = {"mlenergy_v1": "active_generation", "mlenergy_v2": "steady_state", "mlenergy_v3": "steady_state",
+                "argonne": "whole_run", "llm_pilot": "none", "llmperf_techgrandpa": "none",
+                HOLTMANN: "steady_state", BRUNETTA: "whole_run"}
+TTFT_DEF = {"mlenergy_v1": "none", "mlenergy_v2": "none", "mlenergy_v3": "none", "argonne": "static_batch",
+            "llm_pilot": "client", "llmperf_techgrandpa": "client", HOLTMANN: "client", BRUNETTA: "excl_queueing"}
 
 # Engine strings of the argonne `engine` column -> canonical names (workload.ENGINES).
 _ARGONNE_ENGINES = {"vllm": "vllm", "tensorrt-llm": "tensorrt_llm", "deepspeed-mii": "deepspeed_mii"}
@@ -89,8 +105,10 @@ EXCLUSIONS: list[Rule] = [
     ),
     Rule(
         "llm_not_in_catalog",
-        "llmperf_techgrandpa's Qwen2.5-Coder-14B-Instruct runs (RTX A6000 and RTX 6000 Ada only): the model "
-        "is not in data/catalog/llm_configs.csv, so its features cannot be computed.",
+        "llmperf_techgrandpa's Qwen2.5-Coder-14B-Instruct runs (RTX A6000 and RTX 6000 Ada only) and "
+        "brunetta_llm_inference_power's Ministral-8B-Instruct-2410, Mistral-Small-3.1-24B-Instruct-2503 and QwQ-32B "
+        "runs: the models are not in data/catalog/llm_configs.csv (nor in the shared catalog), so their features "
+        "cannot be computed.",
         lambda d: d["_arch_class"].isna(),
     ),
     Rule(
@@ -146,6 +164,29 @@ EXCLUSIONS: list[Rule] = [
         "holtmann_consumer_gpu runs served with an FP8 KV cache (kv_cache_fp8 = True): the training records describe "
         "a 16-bit cache (Workload.kv_cache_dtype auto), so their KV bytes per token would be wrong by 2x.",
         lambda d: _is(d, HOLTMANN) & (d["_kv_cache_fp8"] == "True"),
+    ),
+    Rule(
+        "brunetta_fp8_online_quant",
+        "brunetta_llm_inference_power fp8 rows: vLLM's online FP8 quantisation of the BF16 checkpoint (W8A8 on H100, "
+        "weight-only W8A16 Marlin on A100); the catalog LLM is the BF16 config (2 bytes per weight), as for "
+        "llmperf_fp8_checkpoint.",
+        lambda d: _is(d, BRUNETTA) & (d["x_precision"] != "bfloat16"),
+    ),
+    Rule(
+        "brunetta_not_standard_run",
+        "brunetta_llm_inference_power rows outside its standard job: the memory test (gpu_memory_utilization below "
+        "0.9, KV budget cut; that revision may also have set max_num_batched_tokens=512) and the A100-SXM4-40GB "
+        "synthetic rows (an older eager-mode harness whose engine is not certain; most runs last under 10 s).",
+        lambda d: _is(d, BRUNETTA) & ((d["_gpu_mem_util"] < 0.9) | (d["scenario"] != "offline_saturated_max_num_seqs")),
+    ),
+    Rule(
+        "power_whole_run_window",
+        "brunetta_llm_inference_power power is a whole-job average including the drain at the end, 8-21 % below "
+        "ML.ENERGY's steady state for the same LLM and cap (its README). The power target is steady-state power "
+        "(what a user of today's vLLM measures under load), so these values are kept out of the power target "
+        "(x_power_window = whole_run); the row keeps its ITL.",
+        lambda d: _is(d, BRUNETTA) & (d["x_power_window"] == "whole_run"),
+        action="mask:power_w",
     ),
     Rule(
         "no_usable_target",
@@ -352,6 +393,26 @@ def _map_llm_pilot(raw: pd.DataFrame) -> dict:
     )
 
 
+def _map_brunetta(raw: pd.DataFrame) -> dict:
+    n = len(raw)
+    precision = raw["precision"].astype(str).str.lower().map({"bf16": "bfloat16", "fp8": "fp8"})
+    return dict(
+        kind="offline",  # 1,000 conversations submitted at once with llm.chat(); max_num_seqs caps the batch
+        engine="vllm",
+        engine_era="current",  # vLLM 0.9.0 (V0 engine, CUDA graphs): after vLLM 0.6's scheduler
+        # README: an empty max_num_seqs is vLLM V0's default, 256
+        max_batch=_num(raw["max_num_seqs"]).fillna(256.0),
+        concurrency=_nan(n),  # the mean running batch is not reported
+        num_requests=_num(raw["requests"]),
+        input_tokens=_num(raw["input_len_tokens"]),
+        power_w=_num(raw["mean_power_w"]),  # whole-run average per GPU; masked by power_whole_run_window
+        itl_s=_num(raw["itl_s"]),
+        itl_stat="mean TPOT ((mean latency - mean TTFT) / (mean output tokens - 1), from run means)",
+        itl_statistic="mean",
+        x_precision=precision.fillna(raw["precision"].astype(str)),
+    )
+
+
 _MAPPERS = {
     "mlenergy_v1": _map_mlenergy_v1,
     "mlenergy_v2": _map_mlenergy_v2,
@@ -360,6 +421,7 @@ _MAPPERS = {
     "llm_pilot": _map_llm_pilot,
     "llmperf_techgrandpa": _map_llmperf_techgrandpa,
     HOLTMANN: _map_holtmann,
+    BRUNETTA: _map_brunetta,
 }
 # Serving-stack era per source (Workload.engine_era) where the mapper does not set it. legacy = before
 # vLLM's 0.6 scheduler (Sept 2024): HF transformers 2023 (v1), vLLM 0.5.4 (v2), TGIS 2024 (llm_pilot) and
@@ -412,7 +474,13 @@ def _source_frame(data_dir: Path, source: str, gpu_map: dict, arch: pd.Series) -
             "x_source_gpu": raw["gpu"].astype(str).to_numpy(),
             "x_llm_source_name": raw["llm_source_name"].astype(str).to_numpy(),
             "x_tp": _num(raw["tensor_parallel"]).to_numpy() if "tensor_parallel" in raw else np.ones(n),
-            "x_ttft_mean_s": _num(raw["ttft_mean_s"]).to_numpy() if "ttft_mean_s" in raw else _nan(n),
+            # client-side TTFT only; a TTFT that excludes queueing goes to x_ttft_sched_s
+            "x_ttft_mean_s": _num(raw["ttft_mean_s"]).to_numpy() if "ttft_mean_s" in raw
+            and TTFT_DEF[source] != "excl_queueing" else _nan(n),
+            "x_ttft_sched_s": _num(raw["ttft_mean_s"]).to_numpy() if "ttft_mean_s" in raw
+            and TTFT_DEF[source] == "excl_queueing" else _nan(n),
+            "x_power_window": POWER_WINDOW[source],
+            "x_ttft_def": TTFT_DEF[source],
             # helper columns for the rules; removed before returning
             "_num_gpus": _num(raw["num_gpus"]).to_numpy(),
             "_pipeline_parallel": _num(raw["pipeline_parallel"]).fillna(1).to_numpy() if "pipeline_parallel" in raw else np.ones(n),
@@ -420,6 +488,8 @@ def _source_frame(data_dir: Path, source: str, gpu_map: dict, arch: pd.Series) -
             "_failed_fraction": _num(raw["failed_fraction"]).to_numpy() if "failed_fraction" in raw else _nan(n),
             "_power_scope": raw["power_scope"].astype(str).to_numpy() if "power_scope" in raw else "",
             "_source_itl_stat": raw["itl_stat"].astype(str).to_numpy(),
+            "_gpu_mem_util": _num(raw["gpu_memory_utilization"]).fillna(0.9).to_numpy()
+            if "gpu_memory_utilization" in raw else np.full(n, 0.9),
             "_kv_cache_fp8": raw["kv_cache_fp8"].astype(str).to_numpy() if "kv_cache_fp8" in raw else "",
             "_is_group_median": _group_median_flags(raw) if source == "llmperf_techgrandpa" else np.ones(n, dtype=bool),
         }

@@ -49,7 +49,8 @@ def measured_rows(records: pd.DataFrame, data_dir: Path) -> pd.DataFrame:
     """One row per measured record with the workload the peers need and the measured quantities.
 
     Columns: row_id, source, gpu, llm, kind, scenario, engine, precision, tp, batch (the measured mean
-    running batch, the static batch or the closed-loop users), prompt_tokens (``DEFAULT_PROMPT_TOKENS``
+    running batch, the static batch or the closed-loop users; the engine's batch cap where the source did
+    not report the running batch, brunetta_llm_inference_power), prompt_tokens (``DEFAULT_PROMPT_TOKENS``
     where the source has none, flagged in ``prompt_assumed``), output_tokens, and the measured
     ``itl_s``, ``ttft_s``, ``throughput_tok_s`` (1 / system_s_per_token, whole group),
     ``energy_per_token_j`` (all GPUs of the group, per output token), ``power_w`` (per GPU).
@@ -69,7 +70,7 @@ def measured_rows(records: pd.DataFrame, data_dir: Path) -> pd.DataFrame:
         if "energy_per_token_j" in raw:
             energy[m] = pd.to_numeric(raw["energy_per_token_j"], errors="coerce").to_numpy()[idx]
     tp = pd.to_numeric(r["x_tp"], errors="coerce").fillna(1).astype(int) if "x_tp" in r else pd.Series(1, index=r.index)
-    conc = pd.to_numeric(r["concurrency"], errors="coerce")
+    conc = pd.to_numeric(r["concurrency"], errors="coerce").fillna(pd.to_numeric(r["max_batch"], errors="coerce"))
     prompt = pd.to_numeric(r["input_tokens"], errors="coerce")
     sys_s = pd.to_numeric(r["system_s_per_token"], errors="coerce")
     return pd.DataFrame({

@@ -68,14 +68,17 @@ def test_packaged_bundle_is_a_format_this_runtime_reads():
     assert MANIFEST["schema_version"] in bundle.READERS and bundle.FORMAT_VERSION in bundle.READERS
 
 
-def test_format_2_is_format_1_plus_a_calibration_section(tmp_path):
+def test_the_calibration_section_is_required_even_when_null(tmp_path):
+    """Since format 2 a manifest carries ``calibration`` (null when uncalibrated): null predicts exactly as the
+    packaged bundle, a missing key is refused by name."""
     d = _copy(tmp_path)
     m = json.loads((d / bundle.SCHEMA_FILE).read_text())
-    m.pop("calibration", None)  # the packaged export may be format 1 or 2 (calibration: null)
-    (d / bundle.SCHEMA_FILE).write_text(json.dumps({**m, "schema_version": 2, "calibration": None}))
+    assert m["schema_version"] >= 2
+    m.pop("calibration", None)
+    (d / bundle.SCHEMA_FILE).write_text(json.dumps({**m, "calibration": None}))
     p = Predictor(d).predict("NVIDIA A30", "meta-llama/Llama-3.1-8B-Instruct")
     assert p.calibration is None and p.power_w == Predictor(PACKAGED).predict("NVIDIA A30", "meta-llama/Llama-3.1-8B-Instruct").power_w
-    (d / bundle.SCHEMA_FILE).write_text(json.dumps({**m, "schema_version": 2}))
+    (d / bundle.SCHEMA_FILE).write_text(json.dumps(m))
     with pytest.raises(ArtifactError, match="missing key 'calibration'"):
         Predictor(d).predict("NVIDIA A30", "meta-llama/Llama-3.1-8B-Instruct")
 

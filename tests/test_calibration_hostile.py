@@ -122,7 +122,7 @@ def test_server_runs_at_ordinary_rates_calibrate_itl_against_their_own_running_b
     rows = [_run(kind="server", qps=q, max_batch=256, itl_f=1.25) for q in (0.2, 2.0, 20.0)]
     runs = runs_from_csv(str(_write(tmp_path / "r.csv", rows)), Predictor())
     running = [Predictor().predict(GPU, LLM, t[2]).effective_batch for t in runs.triples]
-    assert np.allclose(runs.cols["eff_batch"], running) and np.all(runs.cols["eff_batch"] < 128)  # not the cap 256
+    assert np.allclose(runs.cols["eff_batch"], running) and np.all(runs.cols["eff_batch"] < 0.75 * 256)  # not the cap 256
     assert np.all(runs.measured["itl"] > runs.cols["roofline_itl_s"])
     res = _calibrate(tmp_path, rows)
     assert res.returncode == 0, res.stderr

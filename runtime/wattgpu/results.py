@@ -82,9 +82,10 @@ def steady(cols: Any) -> Any:
     gives the same power and ITL whatever the workload kind is called (the capacity grid and the server
     mix already evaluate a running batch this way). Arrays (a shallow copy) or one row of floats.
 
-    It costs in-sample accuracy, because the shipped power model learned a kind difference (measured at
-    issue 32: power MdAPE on the 459 offline training rows 7.6 % -> 10.8 %, on all 757 offline and
-    closed-loop rows 6.0 % -> 7.8 %); the lasting fix is a power model without the kind input (train/)."""
+    The shipped models no longer read the kind (issue 32: the power model dropped it, which also scored
+    better under LOGO), so for them this changes nothing; it keeps the rule for any bundle whose models
+    do read it (a bundle fitted before this change).
+    """
     kind = cols["wl_kind_code"]
     out = dict(cols)
     out["wl_kind_code"] = ops.where(kind == OFFLINE_CODE, CLOSED_LOOP_CODE, kind)

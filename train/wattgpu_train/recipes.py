@@ -68,7 +68,6 @@ MONOTONE: dict[str, int] = {
     "weights_compute_share": +1, "log_roofline_tok_s_per_w": +1, "wl_log_arrival_rate": +1,
     "log_weight_read_s": +1,
 }
-_STACK = ("wl_kind_code", "wl_engine_code", "wl_engine_era_code")
 
 
 def _monotone(features: tuple[str, ...]) -> dict[str, int]:
@@ -93,7 +92,12 @@ _TP = ("wl_tp", "tp_log_link_gb_s", "tp_comm_latency_share")
 # (roofline + per-layer engine overhead) (physics.duty_power_w). No raw spec-sheet columns (with 4 power
 # GPUs they act as GPU identities); the GPU enters through roofline time, duty, compute share and
 # tokens/s per W. The serving-stack era and the arrival rate (server rows, Watt Counts) are inputs.
-_POWER_FEATURES = (*_STACK, "wl_log_eff_batch", "wl_log_arrival_rate", "llm_log_params_b", "roofline_duty",
+# No workload kind either (since issue 32): at the same running batch an offline queue and a closed loop of
+# clients keep the GPU equally busy, so the same load must draw the same power. With the kind as an input the
+# trees learned which sources ran closed loops; without it single-GPU power LOGO (depth-3 candidate, not
+# nested) is 15.6 % against 15.9 % with it, and 19.5 % with it when offline rows are predicted as the
+# closed loop of their running batch (what equal power for equal load required of a model that reads it).
+_POWER_FEATURES = ("wl_engine_code", "wl_engine_era_code", "wl_log_eff_batch", "wl_log_arrival_rate", "llm_log_params_b", "roofline_duty",
                    "roofline_compute_share", "log_roofline_itl", "log_roofline_tok_s_per_w", *_TP)
 # ITL: the tree learns log(measured / (roofline + layers × engine overhead)). Batch enters only through
 # inputs constrained to rise with it; the GPU through the weight-read time (monotone in bandwidth).

@@ -1,19 +1,22 @@
 """Feature assembly and model evaluation: (GPU, LLM, workload) rows → feature columns → ONNX → W and s."""
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from . import features as F
+from . import ops
 from .bundle import ModelBundle
 from .specs import GpuSpec, LlmSpec
 from .targets import inverse
-from .workload import Workload
+from .workload import KINDS, Workload
 
 Row = tuple[GpuSpec, LlmSpec, Workload]  # the one order everywhere: (gpu, llm, workload)
 Outputs = dict[str, np.ndarray]  # target (targets.POWER, targets.ITL) -> physical values
 Evaluate = Callable[..., Outputs]  # (cols, targets=None) -> outputs
+KIND = "wl_kind_code"
+_OFFLINE_CODE, _CLOSED_LOOP_CODE = float(KINDS.index("offline")), float(KINDS.index("closed_loop"))
 
 
 def take(cols: F.Columns, rows: Sequence[int] | np.ndarray, n: int) -> F.Columns:
@@ -30,6 +33,26 @@ def feature_vectors(bundle: ModelBundle, rows: Sequence[Row]) -> dict[str, np.nd
     return {t: F.matrix(m.feature_names, cols) for t, m in bundle.schema.models.items()}
 
 
+def steady(cols: Any) -> Any:
+    """``cols`` with offline rows described as the closed loop of the same running batch (the models'
+    workload-kind input): both keep ``effective_batch`` sequences decoding back to back, so the same load
+    gives the same power and ITL whatever the workload kind is called (the capacity grid and the server
+    mix already evaluate a running batch this way). Arrays (a shallow copy) or one row of floats.
+
+    Applied where models are evaluated (:func:`evaluate`, ``single.evaluate_one``), and only for a model that
+    reads the kind: the shipped models no longer do (issue 32: the power model dropped it, which also scored
+    better under LOGO); a bundle fitted before that still gets the rule.
+    """
+    out = dict(cols)
+    out[KIND] = ops.where(cols[KIND] == _OFFLINE_CODE, _CLOSED_LOOP_CODE, cols[KIND])
+    return out
+
+
+def reads_kind(bundle: ModelBundle) -> bool:
+    """Whether any model of ``bundle`` takes the workload kind as an input."""
+    return any(KIND in m.feature_names for m in bundle.schema.models.values())
+
+
 def evaluate(bundle: ModelBundle, cols: F.Columns, targets: Sequence[str] | None = None) -> Outputs:
     """Run every model of ``bundle`` (or those of ``targets``) on ``cols``; outputs in physical units."""
     res = {}
@@ -40,7 +63,7 @@ def evaluate(bundle: ModelBundle, cols: F.Columns, targets: Sequence[str] | None
         names = m.feature_names
         X = matrices.get(names)
         if X is None:
-            X = matrices[names] = F.matrix(names, cols)
+            X = matrices[names] = F.matrix(names, steady(cols) if KIND in names else cols)
         learned = bundle.session(target).run(None, {m.input_name: X})[0].reshape(-1)
         res[target] = inverse(m.transform, learned.astype(np.float64), cols)
     if bundle.schema.calibration is not None:  # a `wattgpu calibrate` bundle: its bounded correction

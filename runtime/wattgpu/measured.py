@@ -91,9 +91,8 @@ def runs_from_rows(rows: Iterable[tuple[int, dict[str, str], str | None]], origi
     idle_measured = low_load_idle(triples, preds, column("power_w"), column("idle_power_w"))
     at = running_columns(triples, preds, idle_measured, predictor.bundle)
     from .assemble import evaluate
-    from .results import steady
 
-    raw = evaluate(predictor.bundle, steady(at))  # as predictions evaluate it: the same load, the same raw output
+    raw = evaluate(predictor.bundle, at)
     learned = "server" in predictor.bundle.schema.domain.get("kinds", ())
     busy = np.array([p.busy_fraction if w.kind == "server" and not learned else 1.0 for (_, _, w), p in zip(triples, preds)])
     for i, (line, (g, _, w), v, p) in enumerate(zip(lines, triples, measured, preds)):

@@ -38,7 +38,7 @@ def core(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.C
     ``evaluate`` maps feature columns to physical model outputs (the facade passes its own so the
     whole pipeline goes through one call site)."""
     server_learned = "server" in bundle.schema.domain.get("kinds", ())
-    out = evaluate(steady(cols))
+    out = evaluate(cols)
     power = out[POWER].copy()
     batch = cols["eff_batch"].copy()
     busy = np.ones(len(rows))
@@ -74,22 +74,6 @@ def core(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.C
         numbers.update(latency_numbers(cols, budget, batch, numbers["itl_s"], tokens_per_s,
                                        latency.step_envelope(batch, cap["grid_batch"], cap["grid_itl"]), wait))
     return numbers, mix
-
-
-def steady(cols: Any) -> Any:
-    """``cols`` with offline rows described as the closed loop of the same running batch (the models'
-    workload-kind input): both keep ``effective_batch`` sequences decoding back to back, so the same load
-    gives the same power and ITL whatever the workload kind is called (the capacity grid and the server
-    mix already evaluate a running batch this way). Arrays (a shallow copy) or one row of floats.
-
-    The shipped models no longer read the kind (issue 32: the power model dropped it, which also scored
-    better under LOGO), so for them this changes nothing; it keeps the rule for any bundle whose models
-    do read it (a bundle fitted before this change).
-    """
-    kind = cols["wl_kind_code"]
-    out = dict(cols)
-    out["wl_kind_code"] = ops.where(kind == OFFLINE_CODE, CLOSED_LOOP_CODE, kind)
-    return out
 
 
 def latency_numbers(cols: Any, budget: Any, batch: Any, itl: Any, tokens_per_s: Any, step_s: Any,

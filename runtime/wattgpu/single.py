@@ -29,7 +29,7 @@ from .bundle import ModelBundle
 from .checks import NO_KV_CACHE
 from .prediction import Prediction
 from .results import (CLOSED_LOOP_CODE, ROW_COLUMNS, RowMemo, finish, latency_numbers, memo_for, prediction,
-                      served_token_rate, steady, utilization)
+                      served_token_rate, utilization)
 from .targets import inverse
 
 
@@ -81,7 +81,8 @@ def _runners(bundle: ModelBundle) -> dict[str, _RowRunner]:
 
 def evaluate_one(bundle: ModelBundle, c: dict[str, float]) -> dict[str, float]:
     """Every model of ``bundle`` on one row of scalar columns, in physical units."""
-    out = {target: run(c) for target, run in _runners(bundle).items()}
+    x = assemble.steady(c) if assemble.reads_kind(bundle) else c  # the same rule as assemble.evaluate
+    out = {target: run(x) for target, run in _runners(bundle).items()}
     if bundle.schema.calibration is not None:  # the same correction as assemble.evaluate, on floats
         from .calibration import of
 
@@ -102,7 +103,7 @@ def numbers_one(bundle: ModelBundle, row: Row, memo: RowMemo | None = None) -> t
                                     memo.spec(wl, F.workload_columns)))
         if not c["fit_sequences"] >= 1:
             return None
-        out = evaluate_one(bundle, steady(c))
+        out = evaluate_one(bundle, c)
         learned = "server" in bundle.schema.domain.get("kinds", ())
         max_qps, grid_batch, grid_itl = (memo or RowMemo()).capacity(row, learned,
                                                                      lambda: _capacity(bundle, row, c, learned))

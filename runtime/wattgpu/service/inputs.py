@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from dataclasses import field as dc_field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ..errors import (AmbiguousNameError, ArtifactError, ConfigFileError, ModelFitError, SpecValidationError,
                       UnknownEntityError, UnsupportedModelError, WattGPUError, _short)
@@ -111,16 +111,23 @@ def _refuse_path(what: str, text: str) -> ApiError:
                     "as an inline JSON object")
 
 
+def _by_name(kind: str, text: str, find: Callable[[str], Any], lookup: Callable[[str], Any]) -> Any:
+    """A catalog entry named by ``text`` (``find``: exact name or alias, else None); a path-like string is
+    refused without touching the filesystem; anything else gets ``lookup``'s unknown-name error with its
+    close matches."""
+    hit = find(text)
+    if hit is not None:
+        return hit
+    if looks_like_client_path(text):
+        raise _refuse_path(kind, text)
+    return lookup(text)
+
+
 def gpu_input(predictor: Any, value: Any, what: str = "gpu") -> GpuSpec:
     """A GPU: a catalog name or alias, or an inline spec object (the fields of a GPU spec JSON file)."""
     try:
         if isinstance(value, str):
-            hit = predictor.catalog.find_gpu(value)
-            if hit is not None:
-                return hit
-            if looks_like_client_path(value):
-                raise _refuse_path("gpu", value)
-            return predictor.catalog.gpu(value)
+            return _by_name("gpu", value, predictor.catalog.find_gpu, predictor.catalog.gpu)
         if isinstance(value, dict):
             return GpuSpec.from_dict(value, entity="GPU (inline spec)")
     except WattGPUError as exc:
@@ -136,12 +143,7 @@ def llm_input(predictor: Any, value: Any, what: str = "llm") -> LlmSpec:
 
     try:
         if isinstance(value, str):
-            hit = predictor.catalog.find_llm(value)
-            if hit is not None:
-                return hit
-            if looks_like_client_path(value):
-                raise _refuse_path("llm", value)
-            return predictor.catalog.llm(value)
+            return _by_name("llm", value, predictor.catalog.find_llm, predictor.catalog.llm)
         if isinstance(value, dict):
             given = value.get("_name_or_path")
             name = given.strip()[:200] if isinstance(given, str) and given.strip() else "user-llm"

@@ -1,0 +1,38 @@
+"""What a long-lived process keeps: the row memos stay bounded, and onnxruntime sessions hold no arena that
+only grows (the soak test in the slow tier measures the whole; these pin the two causes it found)."""
+from __future__ import annotations
+
+import pytest
+
+from wattgpu import Predictor, Workload, default_catalog, rank, results
+
+
+@pytest.fixture(scope="module")
+def pred() -> Predictor:
+    return Predictor()
+
+
+def test_sessions_have_no_growing_arena_or_per_shape_patterns(pred: Predictor) -> None:
+    for target in pred.schema.models:
+        opts = pred.bundle.session(target).get_session_options()
+        assert opts.enable_cpu_mem_arena is False, target
+        assert opts.enable_mem_pattern is False, target
+
+
+def test_row_memo_is_bounded(pred: Predictor, monkeypatch: pytest.MonkeyPatch) -> None:
+    limit = 8
+    monkeypatch.setattr(results.RowMemo, "LIMIT", limit)
+    memo = results.memo_for(pred.bundle)
+    memo.specs.clear(), memo.warnings.clear(), memo.capacities.clear()
+    cat = default_catalog()
+    gpus = list(cat.gpus)[:6]
+    llm = cat.llm("meta-llama/Llama-3.1-8B-Instruct")
+    seen_max = {"specs": 0, "warnings": 0, "capacities": 0}
+    for i in range(60):  # every row a new Workload object: every call adds memo entries
+        rows = [(g, llm, Workload(max_batch=1 + (i + j) % 64, input_tokens=100 + i)) for j, g in enumerate(gpus)]
+        pred.predict_table(rows)
+        rank(llm, Workload(kind="closed_loop", concurrency=1 + i), predictor=pred, gpus=gpus)
+        for name in seen_max:
+            seen_max[name] = max(seen_max[name], len(getattr(memo, name)))
+    assert all(n <= limit + 1 for n in seen_max.values()), seen_max
+    assert seen_max["specs"] == limit + 1  # it did fill, so the bound was exercised

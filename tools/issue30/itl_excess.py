@@ -1,21 +1,13 @@
 """Experiment (issue 30 item 2): ITL LOGO/LOLO, single-GPU rows, nested selection, for the default grid
 and the default grid plus the step-time-scaled excess candidate."""
-import sys, json, time
-sys.path.insert(0, 'train')
-import numpy as np
-from dataclasses import replace
-from wattgpu.specs import default_catalog
+import sys, time
+from _setup import dataset
 from wattgpu.targets import ITL
 from wattgpu_train import recipes as R
 from wattgpu_train.evaluate import make_folds, nested_oof
-from wattgpu_train.dataset import build_dataset
-from wattgpu_train.measurements import load_measurements
 from wattgpu_train.metrics import mdape
 split = sys.argv[1]
-recs = load_measurements('data', single_gpu_only=False)
-full = build_dataset(recs, default_catalog(), ITL)
-one = np.asarray(full.cols["wl_tp"]) == 1
-y = full.y_physical(ITL)
+full, one, y = dataset(ITL)
 folds = make_folds(full.records, split, 5)
 new_grid = (*R.ITL_GRID, *R._grid(ITL, "log_excess_over_step_time", (3,)))
 designs = {"B_step_time_only": R.Recipe(name="b", power=R.POWER_GRID[0], itl=new_grid[-1], grid={ITL: (new_grid[-1],)}),

@@ -2,25 +2,15 @@
 global factor w (power = idle + (TDP − idle)·σ(prior + w·z)); w chosen INSIDE each outer training fold by an
 inner leave-one-source-out on the training rows (the grouping that source robustness needs), among
 {0, 0.25, 0.5, 0.75, 1}. Candidate 0 of the default power grid."""
-import sys, json
-sys.path.insert(0, 'train')
+import sys
 import numpy as np, xgboost as xgb
 from concurrent.futures import ThreadPoolExecutor
-from wattgpu.specs import default_catalog
-from wattgpu.targets import POWER, forward, inverse
-from wattgpu_train import recipes as R
+from _setup import power_candidate0
+from wattgpu.targets import inverse
 from wattgpu_train.evaluate import make_folds
-from wattgpu_train.dataset import build_dataset
-from wattgpu_train.measurements import load_measurements
 from wattgpu_train.metrics import mdape
-rec = R.POWER_GRID[0]
-ds = build_dataset(load_measurements('data', single_gpu_only=False), default_catalog(), POWER)
-one = np.asarray(ds.cols["wl_tp"]) == 1
-y = ds.y_physical(POWER); z = forward(rec.transform, y, ds.cols); X = ds.X(rec.features)
+rec, ds, one, y, z, X, wt, params = power_candidate0()
 src = ds.records["source"].to_numpy()
-wt = np.where(np.asarray(ds.cols["wl_tp"]) > 1, rec.tp_row_weight, 1.0)
-params = dict(rec.params); params["n_jobs"] = 1
-params["monotone_constraints"] = tuple(rec.monotone.get(f, 0) for f in rec.features)
 W = (0.0, 0.25, 0.5, 0.75, 1.0)
 def fitpred(tr, te):
     m = xgb.XGBRegressor(**params); m.fit(X[tr], z[tr].astype(np.float32), sample_weight=wt[tr]); return m.predict(X[te])

@@ -3,29 +3,16 @@ fitted in training (alternating with the trees, 3 rounds) and, at prediction, ta
 when that source was in training, else from the training sources with the same measurement protocol
 (power window, engine era), else 0 (the duty prior's level). Candidate 0 of the default power grid, no nested
 selection, for both designs (A' = no offsets), so the comparison is like for like."""
-import sys, json
-sys.path.insert(0, 'train')
+import sys
 import numpy as np, xgboost as xgb
 from concurrent.futures import ThreadPoolExecutor
-from wattgpu.specs import default_catalog
-from wattgpu.targets import POWER, forward, inverse
-from wattgpu_train import recipes as R
+from _setup import power_candidate0
+from wattgpu.targets import inverse
 from wattgpu_train.evaluate import make_folds
-from wattgpu_train.dataset import build_dataset
-from wattgpu_train.measurements import load_measurements
 from wattgpu_train.metrics import mdape
-rec = R.POWER_GRID[0]
-recs = load_measurements('data', single_gpu_only=False)
-ds = build_dataset(recs, default_catalog(), POWER)
-one = np.asarray(ds.cols["wl_tp"]) == 1
-y = ds.y_physical(POWER)
-z = forward(rec.transform, y, ds.cols)
-X = ds.X(rec.features)
+rec, ds, one, y, z, X, w, params = power_candidate0()
 src = ds.records["source"].to_numpy()
 proto = (ds.records["x_power_window"].astype(str) + "|" + ds.records["engine_era"].astype(str)).to_numpy()
-w = np.where(np.asarray(ds.cols["wl_tp"]) > 1, rec.tp_row_weight, 1.0)
-params = dict(rec.params); params["n_jobs"] = 1
-params["monotone_constraints"] = tuple(rec.monotone.get(f, 0) for f in rec.features)
 
 def fit(idx, target):
     m = xgb.XGBRegressor(**params); m.fit(X[idx], target[idx].astype(np.float32), sample_weight=w[idx]); return m

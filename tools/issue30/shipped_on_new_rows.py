@@ -2,9 +2,8 @@
 
 Run from the repository root: python tools/issue30/shipped_on_new_rows.py"""
 import sys; sys.path.insert(0,'train')
-import numpy as np, pandas as pd
+import numpy as np
 from wattgpu.predictor import Predictor
-from wattgpu.specs import Catalog
 from wattgpu.errors import WattGPUError
 from wattgpu_train.measurements import load_measurements
 from wattgpu_train.dataset import build_dataset
@@ -13,7 +12,6 @@ recs = load_measurements('data', single_gpu_only=True)
 pred = Predictor()  # main's shipped models (branch bundle = main's ONNX)
 from wattgpu.specs import default_catalog
 CAT = default_catalog()
-from wattgpu_train import pipeline
 for name, sub in [("B200 (mlenergy_v3)", recs[recs.gpu.str.contains("B200")]),
                   ("brunetta H100", recs[(recs.source=="brunetta_llm_inference_power") & recs.gpu.str.contains("H100")]),
                   ("brunetta A100 80GB", recs[(recs.source=="brunetta_llm_inference_power") & recs.gpu.str.contains("80GB") & recs.gpu.str.contains("A100")])]:

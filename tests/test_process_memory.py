@@ -23,7 +23,7 @@ def test_row_memo_is_bounded(pred: Predictor, monkeypatch: pytest.MonkeyPatch) -
     limit = 8
     monkeypatch.setattr(results.RowMemo, "LIMIT", limit)
     memo = results.memo_for(pred.bundle)
-    memo.specs.clear(), memo.warnings.clear(), memo.capacities.clear()
+    memo.clear()
     cat = default_catalog()
     gpus = list(cat.gpus)[:6]
     llm = cat.llm("meta-llama/Llama-3.1-8B-Instruct")

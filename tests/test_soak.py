@@ -58,9 +58,7 @@ def _clear_row_memos() -> None:
     from wattgpu import results
 
     for memo in list(results._MEMOS.values()):
-        memo.specs.clear()
-        memo.warnings.clear()
-        memo.capacities.clear()
+        memo.clear()
 
 
 def settled_rss_mib() -> float:

@@ -229,6 +229,12 @@ class RowMemo:
         self.warnings: dict[tuple[int, int, str, str, int], tuple[Any, Any, tuple[str, ...]]] = {}
         self.capacities: dict[tuple[bool, tuple[Any, ...]], tuple[Any, Any, Any]] = {}
 
+    def clear(self) -> None:
+        """Forget everything (the objects it holds can then be freed)."""
+        self.specs.clear()
+        self.warnings.clear()
+        self.capacities.clear()
+
     def spec(self, obj: Any, make: Callable[[Any], Any]) -> Any:
         """``make(obj)``, computed once per object."""
         key = (id(obj), make)

@@ -46,6 +46,36 @@ def test_200_concurrent_requests_over_loopback(base: str) -> None:
     assert [r.status_code for r in out] == [200] * 200, [r.text[:200] for r in out if r.status_code != 200][:3]
 
 
+def test_a_valid_request_is_answered_while_300_clients_stall_their_uploads(base: str) -> None:
+    """Issue 40's target: bodies still arriving hold no computing slot, so 300 stalled uploads (more than the
+    256 admission slots) leave a valid request its answer within a second."""
+    host, port = base.rsplit("//", 1)[1].split(":")
+    body = b'{"gpu": "A30", "llm": "meta-llama/Llama-3.1-8B-Instruct"}'
+
+    async def go() -> tuple[bytes, float]:
+        writers = []
+        for _ in range(300):
+            _, w = await asyncio.open_connection(host, int(port))
+            w.write(b"POST /v1/predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\n\r\n%s" % (len(body), body[:6]))
+            writers.append(w)
+        await asyncio.gather(*(w.drain() for w in writers))
+        await asyncio.sleep(0.5)
+        t0 = asyncio.get_running_loop().time()
+        r, w = await asyncio.open_connection(host, int(port))
+        w.write(b"POST /v1/predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        head = await asyncio.wait_for(r.read(64), 10)
+        took = asyncio.get_running_loop().time() - t0
+        for x in (*writers, w):
+            x.close()
+        return head, took
+
+    head, took = asyncio.run(go())
+    assert head.startswith(b"HTTP/1.1 200"), head
+    assert took < 1.0, took
+
+
 class _Rows(HTMLParser):
     """The rows of ``<table id="ranked">``: per cell, its text and its ``data-value``."""
 

@@ -1,10 +1,13 @@
-"""The ASGI app: routes, the in-flight bound, body limits, timeouts and errors as data.
+"""The ASGI app: routes, admission bounds, body limits, timeouts and errors as data.
 
 Framework: Starlette (routing, requests/responses) under any ASGI server; see docs/service.md for why.
-Predictions are synchronous CPU work: each runs on a small thread pool, at most ``max_in_flight``
-requests are admitted at once (the next gets 503 with ``Retry-After``), and a request whose work
-outlasts ``timeout_s`` gets 504 (its thread finishes in the background and only then frees its slot,
-so the bound holds for the CPU work too).
+A request's body is read first, under its own bound (``max_uploads`` bodies in progress, at most
+``upload_share`` of them from one client address) and ``body_timeout_s``, so clients that stall their
+uploads never hold a computing slot. Then predictions, which are synchronous CPU work, run on a small
+thread pool: at most ``max_in_flight`` requests are admitted at once (the next gets 503 with
+``Retry-After``), and a request whose work outlasts ``timeout_s`` gets 504; its job is told to stop
+(long jobs check between rows) and only then frees its slot, so the bound holds for the CPU work too.
+A client that leaves mid-body is dropped quietly: it is not an error of the server.
 """
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ from typing import Any, Awaitable, Callable
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
@@ -28,27 +31,56 @@ from . import inputs as I
 from .inputs import ApiError
 
 MAX_IN_FLIGHT = 256  # admitted requests (queued or computing); 200 concurrent clients fit
-TIMEOUT_S = 30.0
+TIMEOUT_S = 30.0  # the work of one request
+BODY_TIMEOUT_S = 10.0  # the whole body, from the end of the headers
+MAX_UPLOADS = 1024  # bodies being read at once
+UPLOAD_SHARE = 512  # of which from one client address
+BATCH_CHUNK = 1000  # batch rows predicted between two cancellation checks
 WORKERS = max(2, min(8, (os.cpu_count() or 2)))
 STATIC = {"app.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
 
 
 class Gate:
-    """A thread-safe count of admitted requests, refused past ``limit``."""
+    """A thread-safe count of admitted requests, refused past ``limit`` in all or ``share`` from one client."""
 
-    def __init__(self, limit: int) -> None:
-        self.limit, self.count, self._lock = limit, 0, threading.Lock()
+    def __init__(self, limit: int, share: int | None = None) -> None:
+        self.limit, self.share, self.count = limit, limit if share is None else share, 0
+        self.by_client: dict[str, int] = {}
+        self._lock = threading.Lock()
 
-    def enter(self) -> bool:
+    def enter(self, client: str = "") -> bool:
         with self._lock:
-            if self.count >= self.limit:
+            if self.count >= self.limit or self.by_client.get(client, 0) >= self.share:
                 return False
             self.count += 1
+            self.by_client[client] = self.by_client.get(client, 0) + 1
             return True
 
-    def leave(self) -> None:
+    def leave(self, client: str = "") -> None:
         with self._lock:
             self.count -= 1
+            left = self.by_client.pop(client) - 1
+            if left:
+                self.by_client[client] = left
+
+
+class Cancelled(Exception):
+    """Raised inside a job whose request already answered 504: nobody waits for its result."""
+
+
+_job = threading.local()
+
+
+def check_cancelled() -> None:
+    """Stop the current job (on a worker thread) if its request timed out; a no-op anywhere else."""
+    event = getattr(_job, "cancel", None)
+    if event is not None and event.is_set():
+        raise Cancelled()
+
+
+def _client(request: Request | None) -> str:
+    client = request.client if request is not None else None
+    return client.host if client is not None else ""
 
 
 def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -64,9 +96,12 @@ def _error(err: ApiError, headers: dict[str, str] | None = None) -> Response:
 class Service:
     """One predictor per process (created on first use and reused), the gate and the worker threads."""
 
-    def __init__(self, models: str | None, max_in_flight: int, timeout_s: float, workers: int) -> None:
-        self.models, self.timeout_s = models, timeout_s
+    def __init__(self, models: str | None, max_in_flight: int, timeout_s: float, workers: int,
+                 body_timeout_s: float = BODY_TIMEOUT_S, max_uploads: int = MAX_UPLOADS,
+                 upload_share: int = UPLOAD_SHARE) -> None:
+        self.models, self.timeout_s, self.body_timeout_s = models, timeout_s, body_timeout_s
         self.gate = Gate(max_in_flight)
+        self.uploads = Gate(max_uploads, upload_share)
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="wattgpu")
         self._predictor: Any = None
         self._lock = threading.Lock()
@@ -85,38 +120,58 @@ class Service:
         return self._predictor
 
     async def run(self, request: Request | None, work: Callable[[dict[str, Any]], Any]) -> Response:
-        """Admit, read the body (POST), run ``work(body)`` on a worker thread under the timeout."""
+        """Read the body (POST), admit, run ``work(body)`` on a worker thread under the timeout."""
+        body: dict[str, Any] = {}
+        if request is not None:
+            client = _client(request)
+            if not self.uploads.enter(client):
+                return _error(ApiError(503, "busy", "<server>",
+                                       f"{self.uploads.share} request bodies from {client or 'this client'} (or "
+                                       f"{self.uploads.limit} in all) are still arriving; retry in a second"),
+                              {"Retry-After": "1"})
+            try:
+                body = await self._body(request)
+            except ApiError as err:
+                return _error(err)
+            except ClientDisconnect:
+                return Response(status_code=400)  # nobody is there to read it; no traceback, no slot held
+            finally:
+                self.uploads.leave(client)
         if not self.gate.enter():
             return _error(ApiError(503, "busy", "<server>",
                                    f"the server has {self.gate.limit} requests in flight; retry in a second"),
                           {"Retry-After": "1"})
-        handed_off = False
-        try:
-            body = await self._body(request) if request is not None else {}
+        cancel = threading.Event()
 
-            def job() -> Response:
-                try:
-                    result = work(body)
-                    # serialised here, off the event loop: a 10,000-row batch answer is megabytes
-                    return result if isinstance(result, Response) else _json(result)
-                finally:
-                    self.gate.leave()
-
-            future = asyncio.get_running_loop().run_in_executor(self.pool, job)
-            handed_off = True
+        def job() -> Response | None:
+            _job.cancel = cancel
             try:
-                result = await asyncio.wait_for(asyncio.shield(future), self.timeout_s)
-            except asyncio.TimeoutError:
-                future.add_done_callback(_consume)
-                raise ApiError(504, "timeout", "<request>",
-                               f"the request took longer than {self.timeout_s:g} s; ask for less "
-                               "(fewer GPUs or rows) or retry later") from None
-            return result
+                result = work(body)
+                # serialised here, off the event loop: a 10,000-row batch answer is megabytes
+                return result if isinstance(result, Response) else _json(result)
+            except Cancelled:
+                return None
+            finally:
+                _job.cancel = None
+                self.gate.leave()
+
+        try:
+            future = asyncio.get_running_loop().run_in_executor(self.pool, job)
+        except BaseException:
+            self.gate.leave()
+            raise
+        try:
+            result = await asyncio.wait_for(asyncio.shield(future), self.timeout_s)
+        except asyncio.TimeoutError:
+            cancel.set()
+            future.add_done_callback(_consume)
+            return _error(ApiError(504, "timeout", "<request>",
+                                   f"the request took longer than {self.timeout_s:g} s; ask for less "
+                                   "(fewer GPUs or rows) or retry later"))
         except ApiError as err:
             return _error(err)
-        finally:
-            if not handed_off:
-                self.gate.leave()
+        assert result is not None  # only a cancelled job returns None, and only after its 504
+        return result
 
     async def _body(self, request: Request) -> dict[str, Any]:
         declared = request.headers.get("content-length")
@@ -133,9 +188,10 @@ class Service:
             return b"".join(chunks)
 
         try:
-            raw = await asyncio.wait_for(read(), self.timeout_s)
+            raw = await asyncio.wait_for(read(), self.body_timeout_s)
         except asyncio.TimeoutError:
-            raise ApiError(408, "timeout", "<body>", f"the request body did not arrive within {self.timeout_s:g} s") from None
+            raise ApiError(408, "timeout", "<body>",
+                           f"the request body did not arrive within {self.body_timeout_s:g} s") from None
         return I.parse_body(raw)
 
 
@@ -247,6 +303,7 @@ def batch_work(svc: Service, body: dict[str, Any]) -> dict[str, Any]:
         return cache[(kind, value)]
 
     for k, row in enumerate(rows):
+        check_cancelled()
         try:
             if not isinstance(row, dict):
                 raise ApiError(422, "invalid_field", "row", "row: expected an object {gpu, llm, workload}")
@@ -262,7 +319,10 @@ def batch_work(svc: Service, body: dict[str, Any]) -> dict[str, Any]:
             continue
         triples.append((g, m, w))
         where.append(k)
-    results = pred.predict_specs_safe(triples) if triples else []
+    results: list[Any] = []
+    for start in range(0, len(triples), BATCH_CHUNK):  # a timed-out batch stops at the next chunk
+        check_cancelled()
+        results.extend(pred.predict_specs_safe(triples[start:start + BATCH_CHUNK]))
     for k, r in zip(where, results):
         if isinstance(r, WattGPUError):
             out[k] = {"row": k, **I.from_wattgpu_error(r).body()}
@@ -280,11 +340,13 @@ def _static(name: str) -> bytes:
 
 
 def create_app(models: str | None = None, *, max_in_flight: int = MAX_IN_FLIGHT, timeout_s: float = TIMEOUT_S,
-               workers: int = WORKERS) -> Starlette:
-    """The ASGI app over the bundle ``models`` (default ``$WATTGPU_MODELS``, else the packaged one)."""
+               workers: int = WORKERS, body_timeout_s: float = BODY_TIMEOUT_S, max_uploads: int = MAX_UPLOADS,
+               upload_share: int = UPLOAD_SHARE) -> Starlette:
+    """The ASGI app over the bundle ``models`` (default ``$WATTGPU_MODELS``, else the packaged one); the
+    limits are described in the module docstring and docs/service.md."""
     from .openapi import docs_html, openapi_document
 
-    svc = Service(models, max_in_flight, timeout_s, workers)
+    svc = Service(models, max_in_flight, timeout_s, workers, body_timeout_s, max_uploads, upload_share)
     page = {name: _static(name) for name in ("index.html", *STATIC)}
     spec = openapi_document()
 

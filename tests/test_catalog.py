@@ -89,6 +89,17 @@ def test_unknown_gpu_suggests_close_matches() -> None:
     assert "Did you mean: NVIDIA H100 SXM5 80GB" in str(err.value)
 
 
+@pytest.mark.parametrize("query,first", [
+    ("H100 SXM6", "NVIDIA H100 SXM5 80GB"),  # issue 40: was V100 SXM2 and P100 SXM2 first
+    ("A100 SXM 80", "NVIDIA A100 SXM4 80GB"),
+    ("RTX 4090 Ti", "NVIDIA GeForce RTX 4090"),
+])
+def test_a_near_miss_suggests_the_same_model_number_first(query: str, first: str) -> None:
+    with pytest.raises(UnknownEntityError) as err:
+        default_catalog().gpu(query)
+    assert err.value.suggestions[0] == first, err.value.suggestions
+
+
 @pytest.mark.parametrize("query,choices", [
     ("H100", ["NVIDIA H100 PCIe 80GB", "NVIDIA H100 SXM5 80GB", "NVIDIA H100 NVL 94GB"]),
     ("NVIDIA H200", ["NVIDIA H200 SXM 141GB", "NVIDIA H200 NVL 141GB"]),

@@ -536,7 +536,7 @@ class Catalog:
             if len(choices) > 1:
                 raise AmbiguousNameError("GPU", name, choices)
             raise UnknownEntityError("GPU", name, _suggest(_norm_gpu(name), [g for g, _ in self._gpu_entries()],
-                                                           _norm_gpu))
+                                                           _norm_gpu, numbers_weigh=2.0))
         return hit
 
     def llm(self, name: str) -> LlmSpec:
@@ -565,21 +565,27 @@ def llm_matches(name: str, names: Sequence[str]) -> list[str]:
     return [n for n in names if key in _llm_keys_of(n)]
 
 
-def _suggest(key: str, names: Sequence[str], norm: Callable[[str], str]) -> list[str]:
+def _suggest(key: str, names: Sequence[str], norm: Callable[[str], str], numbers_weigh: float = 1.0) -> list[str]:
     """Up to three catalog names for a miss: those holding the typed text (every word of it, or as a
-    substring) first, in catalog order; then the closest spellings."""
+    substring) first, in catalog order; then the closest, word by word (each typed word scored by its
+    best-matching word of the name, words with digits counting ``numbers_weigh`` times: GPU model numbers
+    weigh double, so "H100 SXM6" suggests the H100 SXM5 before the V100 SXM2), with the whole spelling to
+    break ties."""
     import difflib  # only to suggest names after a miss
 
     words = _tokens(key)
     normed = [norm(n) for n in names]
     holding = [n for n, k in zip(names, normed) if words and words <= _tokens(k)]
     holding += [n for n, k in zip(names, normed) if key and key in k and n not in holding]
-    if len(holding) < 3:
-        short = {k.split("/", 1)[-1]: n for n, k in zip(names, normed)}
-        pool = {**short, **dict(zip(normed, names))}
-        for k in difflib.get_close_matches(key, list(pool), n=6, cutoff=0.5):
-            if pool[k] not in holding:
-                holding.append(pool[k])
+    if len(holding) < 3 and words:
+        def closeness(k: str) -> tuple[float, float]:
+            theirs = _tokens(k) | {k.split("/", 1)[-1]}
+            per_word = sum(weight[w] * max(difflib.SequenceMatcher(None, w, t).ratio() for t in theirs) for w in words)
+            return per_word / sum(weight.values()), difflib.SequenceMatcher(None, key, k).ratio()
+        weight = {w: numbers_weigh if any(c.isdigit() for c in w) else 1.0 for w in words}
+        scored = sorted(((closeness(k), n) for n, k in zip(names, normed) if n not in holding),
+                        key=lambda item: item[0], reverse=True)
+        holding += [n for (score, _), n in scored[:6] if score >= 0.6]
     return holding[:3] if len(holding) <= 4 else holding[:4]
 
 

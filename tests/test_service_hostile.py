@@ -107,3 +107,78 @@ def test_hostile_bodies_get_data_never_a_500() -> None:
                 or "Traceback" in e["message"] or len(e["message"]) > 600:
             bad.append((name, r.status_code, e))
     assert not bad, f"{len(bad)} of {len(CASES)} cases answered badly: {bad[:8]}"
+
+
+# Issue 40's target: for every field of every endpoint, each of these values; never a 5xx, and the statuses
+# the value calls for (a 400-digit integer or an unknown key is a 422 naming the field, a bare 1e400 or NaN
+# literal is malformed JSON: 400).
+HUGE = 10**400
+FIELD_VALUES: list[tuple[str, Any, int | None]] = [  # (label, value, the one status it must get, None: any 200/4xx)
+    ("400-digit", HUGE, 422), ("-400-digit", -HUGE, 422), ("NaN", math.nan, 400), ("1e400", math.inf, 400),
+    ("negative", -1, None), ("zero", 0, None), ("true", True, None), ("string", "abc", None), ("null", None, None),
+    ("array", [1], None), ("object", {"x": 1}, None),
+]
+ENDPOINT_FIELDS: dict[str, tuple[dict[str, Any], list[str]]] = {
+    "/v1/predict": ({"gpu": "A30", "llm": LLM},
+                    ["gpu", "llm", "dtype", "usd_per_kwh", "gco2_per_kwh", "pue", "usd_per_gpu_hour",
+                     "sla.max_itl_ms", "sla.max_ttft_ms", "sla.max_itl_s", "sla.max_ttft_s"]
+                    + [f"workload.{f}" for f in [*WORKLOAD_NUMBERS, "kind", "engine"]]),
+    "/v1/rank": ({"llm": LLM, "gpus": ["A30", "L4"]},
+                 ["llm", "gpus", "tp", "replicas", "max_utilization", "strict", "sort", "max_model_len", "dtype",
+                  "usd_per_kwh", "gco2_per_kwh", "pue", "usd_per_gpu_hour", "sla.max_itl_ms", "sla.max_ttft_ms",
+                  "sla.max_itl_s", "sla.max_ttft_s"] + [f"workload.{f}" for f in [*WORKLOAD_NUMBERS, "kind"]]),
+    "/v1/predict/batch": ({"rows": [{"gpu": "A30", "llm": LLM}]},
+                          ["rows", "usd_per_kwh", "pue", "workload.max_batch", "workload.qps", "rows.0.gpu",
+                           "rows.0.llm", "rows.0.workload"]),
+}
+
+
+def _with(body: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    out = json.loads(json.dumps(body))
+    node, keys = out, path.split(".")
+    for k in keys[:-1]:
+        node = node[int(k)] if isinstance(node, list) else node.setdefault(k, {})
+    if isinstance(node, list):
+        node[int(keys[-1])] = value
+    else:
+        node[keys[-1]] = value
+    return out
+
+
+def field_cases() -> Iterator[tuple[str, str, bytes, int | None]]:
+    for path, (base, fields) in ENDPOINT_FIELDS.items():
+        for fname in fields:
+            for label, value, status in FIELD_VALUES:
+                yield f"{path} {fname}={label}", path, _json(_with(base, fname, value)), status
+        for obj in ("", "workload.", "sla."):
+            yield f"{path} unknown key in {obj or 'body'}", path, _json(_with(base, obj + "no_such_key", 1)), 422
+
+
+def test_every_field_of_every_endpoint_gets_the_status_its_value_calls_for(caplog: Any) -> None:
+    import logging
+
+    app = create_app(timeout_s=20)
+    bad, seen = [], 0
+    with caplog.at_level(logging.WARNING):
+        for name, path, raw, want in field_cases():
+            seen += 1
+            r = call(app, "POST", path, content=raw, headers={"content-type": "application/json"})
+            body = json.loads(r.text)
+            if r.status_code >= 500 or (want is not None and r.status_code != want):
+                bad.append((name, r.status_code, r.text[:160]))
+            elif r.status_code == 200 and not _finite(body):
+                bad.append((name, 200, "non-finite number"))
+            elif r.status_code == 422 and "unknown key" not in name:  # the field at fault, named
+                field = body["error"]["field"]
+                leaf = name.split(" ", 1)[1].split("=", 1)[0].split(".")[-1]
+                if leaf not in field:
+                    bad.append((name, 422, f"names {field!r}, not {leaf!r}"))
+    assert seen > 400
+    assert not bad, f"{len(bad)} of {seen} answered badly: {bad[:10]}"
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR], caplog.text[:2000]
+
+
+def test_rank_with_a_degree_the_heads_rule_out_is_a_422_naming_tp() -> None:
+    r = call(create_app(), "POST", "/v1/rank", {"llm": LLM, "tp": 3})
+    assert r.status_code == 422, r.text[:300]
+    assert r.json()["error"]["field"] in ("tp", "workload.tp")

@@ -60,8 +60,10 @@ def _short(value: object, limit: int = 60) -> str:
 class SpecValidationError(WattGPUError, ValueError):
     """A spec field (GPU, LLM or workload) is missing, of the wrong type, not finite or out of range."""
 
-    def __init__(self, entity: str, field: str, value: object, expected: str) -> None:
-        self.entity, self.field, self.value, self.expected = entity, field, value, expected
+    def __init__(self, entity: str, field: str, value: object, expected: str, key: str | None = None) -> None:
+        # ``key``: where the value was read when that differs from ``field`` (a config.json key such as
+        # ``num_hidden_layers`` for the field ``num_layers``), so an API error can name what the client sent
+        self.entity, self.field, self.value, self.expected, self.key = entity, field, value, expected, key
         super().__init__(f"{entity}: field {_short(field)} = {_short(value)} is invalid; expected {expected}")
 
 

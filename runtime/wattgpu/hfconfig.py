@@ -83,12 +83,20 @@ class _Reader:
                 names = ", ".join(repr(k) for k in keys)
                 raise SpecValidationError(self.entity, field, None,
                                           f"a value: config.json needs the key {names}" if len(keys) == 1 else
-                                          f"a value: config.json needs one of the keys {names}")
+                                          f"a value: config.json needs one of the keys {names}", key=keys[0])
             return default
         return self.check_int(field, key, value, lo=lo, hi=hi, unit=unit)
 
     def check_int(self, field: str, key: str, value: Any, *, lo: float | None = None, hi: float | None = None,
                   unit: str = "") -> int:
+        try:
+            return self._check_int(field, key, value, lo=lo, hi=hi, unit=unit)
+        except SpecValidationError as exc:
+            exc.key = key
+            raise
+
+    def _check_int(self, field: str, key: str, value: Any, *, lo: float | None = None, hi: float | None = None,
+                   unit: str = "") -> int:
         if lo is None:
             lo, hi, unit = LLM_RANGES[field] if field in LLM_RANGES else (0, _AUX_MAX, unit or "units")
         assert lo is not None and hi is not None, "give both bounds or neither"
@@ -107,15 +115,19 @@ class _Reader:
             return default
         where = "" if key == field else f" (config key {key!r})"
         if isinstance(value, bool):
-            raise SpecValidationError(self.entity, field, value, f"a number in [{lo:g}, {hi:g}]{where}")
-        return check_number(self.entity, field, value, lo, hi, f"units{where}")
+            raise SpecValidationError(self.entity, field, value, f"a number in [{lo:g}, {hi:g}]{where}", key=key)
+        try:
+            return check_number(self.entity, field, value, lo, hi, f"units{where}")
+        except SpecValidationError as exc:
+            exc.key = key
+            raise
 
     def bool_(self, field: str, keys: tuple[str, ...], default: bool) -> bool:
         key, value = self.find(keys)
         if key is None:
             return default
         if not isinstance(value, bool):
-            raise SpecValidationError(self.entity, field, value, "true or false")
+            raise SpecValidationError(self.entity, field, value, "true or false", key=key)
         return value
 
     def str_(self, field: str, keys: tuple[str, ...], default: str = "") -> str:
@@ -123,7 +135,7 @@ class _Reader:
         if key is None:
             return default
         if not isinstance(value, str):
-            raise SpecValidationError(self.entity, field, value, "a string")
+            raise SpecValidationError(self.entity, field, value, "a string", key=key)
         return value
 
 

@@ -131,10 +131,15 @@ def group_error(gpu: Any, llm: Any, tp: int) -> SpecValidationError | None:
     if not (gpu.nvlink_gb_s and tp <= gpu.nvlink_group) and gpu.pcie_gen is None:
         return SpecValidationError("workload", "tp", tp, f"1: {gpu.name} has no link for a group of {tp} "
                                    "(no NVLink domain that large, no PCIe generation)")
-    if llm.num_attention_heads % tp:
+    return split_error(llm, tp)
+
+
+def split_error(llm: Any, tp: int) -> SpecValidationError | None:
+    """Why ``llm`` cannot be split over ``tp`` GPUs on any GPU (its heads), or None."""
+    if tp > 1 and llm.num_attention_heads % tp:
         return SpecValidationError("workload", "tp", tp, f"a divisor of {llm.name}'s {llm.num_attention_heads} attention "
                                    "heads (e.g. 1, 2, 4, 8)")
-    if llm.num_kv_heads % tp and tp % llm.num_kv_heads:
+    if tp > 1 and llm.num_kv_heads % tp and tp % llm.num_kv_heads:
         return SpecValidationError("workload", "tp", tp, f"a divisor or multiple of {llm.name}'s {llm.num_kv_heads} KV heads")
     return None
 

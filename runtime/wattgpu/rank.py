@@ -377,7 +377,8 @@ def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None 
                            "rent) and/or usd_per_kwh (--usd-per-kwh, electricity)")
     replicas = check_replicas(replicas)
     if max_utilization is not None and replicas is None and wl.kind != "server":
-        raise WattGPUError("max_utilization applies to a server workload (--workload server --qps N)")
+        raise WattGPUError("max_utilization: applies to a server workload only (a total rate: --qps N, or "
+                           "workload.qps in the API)")
     util_target = check_max_utilization(max_utilization)
     pred = _as_predictor(predictor) or default_predictor()
     spec = with_dtype(pred.resolve_llm(llm), dtype)
@@ -389,6 +390,9 @@ def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None 
         raise WattGPUError("gpus: the list is empty; name at least one GPU or leave it out for the whole catalog")
     prices: Prices = (usd_per_kwh, gco2_per_kwh, pue, usd_per_gpu_hour)
     tp_asked: int | str = "auto" if tp == "auto" else (wl.tp if tp is None else parallel.check_tp_value(tp))
+    split = None if tp_asked == "auto" else parallel.split_error(spec, int(tp_asked))
+    if split is not None:  # the model's heads rule the degree out on every GPU: one error, not one per GPU
+        raise split
     rows, failed = _rows(gpu_specs, spec, wl, tp_asked)
     ttft_sla = None if max_ttft_ms is None else float(max_ttft_ms)
     if replicas is not None:

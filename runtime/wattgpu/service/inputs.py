@@ -6,6 +6,7 @@ string written as a path is refused before any filesystem call.
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from dataclasses import field as dc_field
@@ -81,7 +82,29 @@ def parse_body(raw: bytes) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ApiError(400, "malformed_request", "<body>",
                        f"request body: expected a JSON object, got a JSON {_json_kind(data)}")
+    where = _huge_integer(data, "")
+    if where is not None:  # before any arithmetic: float() of a 400-digit integer raises OverflowError
+        raise ApiError(422, "invalid_field", where,
+                       f"{where}: an integer beyond ±2^53 ({MAX_JSON_INT:,}); no field takes one — send a number in "
+                       "the field's range")
     return data
+
+
+MAX_JSON_INT = 2**53  # the largest integer a JSON number carries exactly in every client (IEEE double)
+
+
+def _huge_integer(value: Any, path: str) -> str | None:
+    """The path (``a.b[2].c``) of the first integer in ``value`` beyond ±``MAX_JSON_INT``, or None."""
+    stack = [(value, path)]
+    while stack:
+        node, at = stack.pop()
+        if isinstance(node, dict):
+            stack.extend((v, f"{at}.{k}" if at else str(k)) for k, v in reversed(list(node.items())))
+        elif isinstance(node, list):
+            stack.extend((v, f"{at}[{i}]") for i, v in reversed(list(enumerate(node))))
+        elif isinstance(node, int) and not isinstance(node, bool) and abs(node) > MAX_JSON_INT:
+            return at or "<body>"
+    return None
 
 
 def _json_kind(value: Any) -> str:
@@ -123,6 +146,15 @@ def _by_name(kind: str, text: str, find: Callable[[str], Any], lookup: Callable[
     return lookup(text)
 
 
+def _input_error(exc: WattGPUError, what: str, value: Any) -> ApiError:
+    """The error record of a GPU or LLM input; a field of an inline object is named by its path in the
+    request (``llm.num_hidden_layers``: the key the client sent, not the runtime's name for it)."""
+    err = from_wattgpu_error(exc, what)
+    if isinstance(value, dict) and isinstance(exc, SpecValidationError) and exc.field != "<root>":
+        err.field = f"{what}.{exc.key or exc.field}"
+    return err
+
+
 def gpu_input(predictor: Any, value: Any, what: str = "gpu") -> GpuSpec:
     """A GPU: a catalog name or alias, or an inline spec object (the fields of a GPU spec JSON file)."""
     try:
@@ -131,7 +163,7 @@ def gpu_input(predictor: Any, value: Any, what: str = "gpu") -> GpuSpec:
         if isinstance(value, dict):
             return GpuSpec.from_dict(value, entity="GPU (inline spec)")
     except WattGPUError as exc:
-        raise from_wattgpu_error(exc, what) from None
+        raise _input_error(exc, what, value) from None
     raise ApiError(422, "invalid_field", what,
                    f"{what}: expected a catalog name or an inline GPU spec object, got a JSON {_json_kind(value)}")
 
@@ -149,7 +181,7 @@ def llm_input(predictor: Any, value: Any, what: str = "llm") -> LlmSpec:
             name = given.strip()[:200] if isinstance(given, str) and given.strip() else "user-llm"
             return llm_from_hf_config(value, name=name, source="inline config.json (request body)")
     except WattGPUError as exc:
-        raise from_wattgpu_error(exc, what) from None
+        raise _input_error(exc, what, value) from None
     raise ApiError(422, "invalid_field", what,
                    f"{what}: expected a catalog id or an inline config.json object, got a JSON {_json_kind(value)}")
 
@@ -188,12 +220,12 @@ def sla_input(value: Any) -> tuple[float | None, float | None]:
         if ms is not None and s is not None:
             raise ApiError(422, "invalid_field", f"sla.max_{name}_s",
                            f"sla: give max_{name}_ms or max_{name}_s, not both")
-        if s is not None:
-            if not isinstance(s, (int, float)) or isinstance(s, bool):
-                raise ApiError(422, "invalid_field", f"sla.max_{name}_s",
-                               f"sla.max_{name}_s = {_short(s)} is invalid; expected a number of seconds")
-            ms = s * 1e3
-        out.append(ms)
+        for key, given, unit in ((f"max_{name}_ms", ms, "milliseconds"), (f"max_{name}_s", s, "seconds")):
+            if given is not None and (isinstance(given, bool) or not isinstance(given, (int, float))
+                                      or not math.isfinite(given) or given <= 0):
+                raise ApiError(422, "invalid_field", f"sla.{key}",
+                               f"sla.{key} = {_short(given)} is invalid; expected a positive number of {unit}")
+        out.append(s * 1e3 if s is not None else ms)
     return out[0], out[1]
 
 

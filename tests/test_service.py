@@ -157,20 +157,28 @@ def _err(r: Any, status: int, kind: str, field: str | None = None) -> dict[str, 
 
 def test_400_malformed_json_and_non_objects(app: Any) -> None:
     for raw in (b"{bad", b"", b'{"gpu": NaN}', b"\xff\xfe{\x00}\x00", b"[" * 5000, b'{"a": 1e999}'):
-        _err(call(app, "POST", "/v1/predict", content=raw), 400, "malformed_json", "<body>")
+        e = _err(call(app, "POST", "/v1/predict", content=raw), 400, "malformed_json", "<body>")
+        assert "file" not in e["message"], e["message"]  # API words: a body, never a file
     for raw in (b"[]", b'"A30"', b"3", b"null"):
         _err(call(app, "POST", "/v1/rank", content=raw), 400, "malformed_request", "<body>")
 
 
-def test_404_unknown_names_with_the_cli_wording_and_matches(app: Any) -> None:
+def _cli_part(message: str) -> str:
+    return message.split(" (list them")[0]
+
+
+def test_404_unknown_names_with_the_cli_suggestions_in_api_words(app: Any) -> None:
     e = _err(_post(app, "/v1/predict", {"gpu": "A3O", "llm": LLM}), 404, "unknown_gpu", "gpu")
     assert "NVIDIA A30" in e["matches"]
-    assert e["message"] == cli_error("predict", "--gpu", "A3O", "--llm", LLM)
+    assert _cli_part(e["message"]) == _cli_part(cli_error("predict", "--gpu", "A3O", "--llm", LLM))
+    assert e["message"].endswith("(list them with GET /v1/gpus, or send the spec as an inline JSON object)")
     e = _err(_post(app, "/v1/rank", {"llm": "meta-llama/Llama-3.1-8B-Instruc"}), 404, "unknown_llm", "llm")
     assert LLM in e["matches"]
-    assert e["message"] == cli_error("rank", "--llm", "meta-llama/Llama-3.1-8B-Instruc")
+    assert _cli_part(e["message"]) == _cli_part(cli_error("rank", "--llm", "meta-llama/Llama-3.1-8B-Instruc"))
+    assert "GET /v1/llms" in e["message"] and "config.json" in e["message"]
     e = _err(_post(app, "/v1/predict", {"gpu": "H100", "llm": LLM}), 404, "ambiguous_gpu", "gpu")
     assert len(e["matches"]) > 1
+    assert f'(e.g. "gpu": "{e["matches"][0]}")' in e["message"]
     _err(_post(app, "/v1/rank", {"llm": LLM, "gpus": ["A30", "Z9000"]}), 404, "unknown_gpu", "gpus")
     _err(call(app, "GET", "/v2/nothing"), 404, "not_found")
 

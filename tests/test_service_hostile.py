@@ -168,6 +168,8 @@ def test_every_field_of_every_endpoint_gets_the_status_its_value_calls_for(caplo
                 bad.append((name, r.status_code, r.text[:160]))
             elif r.status_code == 200 and not _finite(body):
                 bad.append((name, 200, "non-finite number"))
+            elif r.status_code != 200 and _cli_words(body["error"]):
+                bad.append((name, r.status_code, f"CLI words: {body['error']['message'][:160]}"))
             elif r.status_code == 422 and "unknown key" not in name:  # the field at fault, named
                 field = body["error"]["field"]
                 leaf = name.split(" ", 1)[1].split("=", 1)[0].split(".")[-1]
@@ -176,6 +178,15 @@ def test_every_field_of_every_endpoint_gets_the_status_its_value_calls_for(caplo
     assert seen > 400
     assert not bad, f"{len(bad)} of {seen} answered badly: {bad[:10]}"
     assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR], caplog.text[:2000]
+
+
+def _cli_words(error: dict[str, Any]) -> bool:
+    """An HTTP error that speaks of command-line flags or files (only a refused path may say "file")."""
+    import re
+
+    message = error["message"]
+    return bool(re.search(r"--[a-z]|`wattgpu", message)) or (
+        error["kind"] != "path_refused" and re.search(r"\bfile\b", message) is not None)
 
 
 def test_rank_with_a_degree_the_heads_rule_out_is_a_422_naming_tp() -> None:

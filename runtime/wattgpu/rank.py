@@ -377,8 +377,7 @@ def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None 
                            "rent) and/or usd_per_kwh (--usd-per-kwh, electricity)")
     replicas = check_replicas(replicas)
     if max_utilization is not None and replicas is None and wl.kind != "server":
-        raise WattGPUError("max_utilization: applies to a server workload only (a total rate: --qps N, or "
-                           "workload.qps in the API)")
+        raise WattGPUError("max_utilization: applies to a server workload only (give its total rate, qps)")
     util_target = check_max_utilization(max_utilization)
     pred = _as_predictor(predictor) or default_predictor()
     spec = with_dtype(pred.resolve_llm(llm), dtype)

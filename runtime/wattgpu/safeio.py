@@ -212,26 +212,27 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def parse_json_bytes(raw: bytes, shown: str, what: str, max_depth: int = MAX_DEPTH) -> Any:
+def parse_json_bytes(raw: bytes, shown: str, what: str, max_depth: int = MAX_DEPTH, holder: str = "file") -> Any:
     """Parse ``raw`` as strict JSON, refusing with ConfigFileError: UTF-16/UTF-32 or non-UTF-8 text, NUL
     bytes, an empty file, nesting deeper than ``max_depth`` (checked before parsing, so no RecursionError),
-    NaN/Infinity literals and numbers too large for a float (1e999)."""
+    NaN/Infinity literals and numbers too large for a float (1e999). The fixes name "the {what} {holder}"
+    (a file on the command line, a body over HTTP)."""
     wide = wide_encoding(raw)
     if wide:
-        raise ConfigFileError(shown, f"is {wide} text; save the {what} file as UTF-8")
+        raise ConfigFileError(shown, f"is {wide} text; save the {what} {holder} as UTF-8")
     if b"\x00" in raw:
-        raise ConfigFileError(shown, f"contains NUL bytes (binary data); pass a text {what} JSON file")
+        raise ConfigFileError(shown, f"contains NUL bytes (binary data); pass a text {what} JSON {holder}")
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise ConfigFileError(shown, f"is not UTF-8 text (bad byte at offset {exc.start}); "
-                                     f"save the {what} file as UTF-8 JSON") from None
+                                     f"save the {what} {holder} as UTF-8 JSON") from None
     if not text.strip():
-        raise ConfigFileError(shown, f"is empty; the {what} file must hold a JSON object")
+        raise ConfigFileError(shown, f"is empty; the {what} {holder} must hold a JSON object")
     depth = _max_depth(text, max_depth)
     if depth > max_depth:
         raise ConfigFileError(shown, f"nests arrays/objects deeper than {max_depth} levels; "
-                                     f"flatten the {what} file")
+                                     f"flatten the {what} {holder}")
     try:
         return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
     except _NonFiniteLiteral as exc:
@@ -242,10 +243,10 @@ def parse_json_bytes(raw: bytes, shown: str, what: str, max_depth: int = MAX_DEP
                                      f"replace it with a finite number or remove the key") from None
     except json.JSONDecodeError as exc:
         raise ConfigFileError(shown, f"is not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}); "
-                                     f"fix the {what} file") from None
+                                     f"fix the {what} {holder}") from None
     except (ValueError, RecursionError) as exc:
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ConfigFileError(shown, f"is not acceptable JSON ({msg}); fix the {what} file") from None
+        raise ConfigFileError(shown, f"is not acceptable JSON ({msg}); fix the {what} {holder}") from None
 
 
 def read_bounded(path: str | os.PathLike[str], *, what: str, max_bytes: int) -> bytes:

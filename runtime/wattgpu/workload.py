@@ -113,7 +113,7 @@ class Workload:
             object.__setattr__(self, name, rule.check("workload", name, getattr(self, name)))
         # cross-field rules
         if self.kind == "server" and self.qps is None:
-            raise SpecValidationError("workload", "qps", None, "an arrival rate in requests/s for a server workload (e.g. --qps 0.33)")
+            raise SpecValidationError("workload", "qps", None, "an arrival rate in requests/s for a server workload (qps, e.g. 0.33)")
         if self.kind != "server" and self.qps is not None:
             raise SpecValidationError("workload", "qps", self.qps, "no arrival rate unless the workload kind is 'server'")
         if self.kind == "closed_loop" and self.concurrency is None:

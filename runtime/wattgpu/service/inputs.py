@@ -54,8 +54,8 @@ def from_wattgpu_error(exc: WattGPUError, where: str = "<request>") -> ApiError:
     msg = str(exc)
     if isinstance(exc, UnknownEntityError):  # AmbiguousNameError too
         kind = ("ambiguous_" if isinstance(exc, AmbiguousNameError) else "unknown_") + exc.kind.lower()
-        return ApiError(404, kind, where if where != "<request>" else exc.kind.lower(), msg,
-                        {"matches": list(exc.suggestions)})
+        field = where if where != "<request>" else exc.kind.lower()
+        return ApiError(404, kind, field, _name_message(exc, field), {"matches": list(exc.suggestions)})
     if isinstance(exc, ArtifactError):
         return ApiError(503, "model_artifacts", "<server>", msg)
     if isinstance(exc, ConfigFileError):
@@ -71,12 +71,24 @@ def from_wattgpu_error(exc: WattGPUError, where: str = "<request>") -> ApiError:
     return ApiError(422, "invalid_field", str(name) if name else where, msg)
 
 
+def _name_message(exc: UnknownEntityError, field: str) -> str:
+    """An unknown or ambiguous name in API words (the CLI's say ``--gpu`` and files)."""
+    entity = exc.kind.lower()
+    if isinstance(exc, AmbiguousNameError):
+        return (f"{exc.kind} {_short(exc.name)} is ambiguous: it names {', '.join(exc.choices)}; send one of them "
+                f"(e.g. \"{field}\": \"{exc.choices[0]}\")")
+    hint = f" Did you mean: {', '.join(exc.suggestions)}?" if exc.suggestions else ""
+    inline = "spec" if entity == "gpu" else "config.json"
+    return (f"Unknown {exc.kind} {_short(exc.name)}.{hint} (list them with GET /v1/{entity}s, or send the {inline} "
+            "as an inline JSON object)")
+
+
 def parse_body(raw: bytes) -> dict[str, Any]:
     """A request body as a JSON object; 400 for anything that is not strict JSON holding an object."""
     from ..safeio import parse_json_bytes
 
     try:
-        data = parse_json_bytes(raw, "request body", "request")
+        data = parse_json_bytes(raw, "request body", "request", holder="body")
     except ConfigFileError as exc:
         raise ApiError(400, "malformed_json", "<body>", str(exc)) from None
     if not isinstance(data, dict):

@@ -565,6 +565,9 @@ def llm_matches(name: str, names: Sequence[str]) -> list[str]:
     return [n for n in names if key in _llm_keys_of(n)]
 
 
+MAX_SUGGEST_CHARS = 200  # longer typed names get no spelling suggestions (difflib is quadratic in the length)
+
+
 def _suggest(key: str, names: Sequence[str], norm: Callable[[str], str], numbers_weigh: float = 1.0) -> list[str]:
     """Up to three catalog names for a miss: those holding the typed text (every word of it, or as a
     substring) first, in catalog order; then the closest, word by word (each typed word scored by its
@@ -577,7 +580,7 @@ def _suggest(key: str, names: Sequence[str], norm: Callable[[str], str], numbers
     normed = [norm(n) for n in names]
     holding = [n for n, k in zip(names, normed) if words and words <= _tokens(k)]
     holding += [n for n, k in zip(names, normed) if key and key in k and n not in holding]
-    if len(holding) < 3 and words:
+    if len(holding) < 3 and words and len(key) <= MAX_SUGGEST_CHARS:  # a hostile 100k-char name gets none
         def closeness(k: str) -> tuple[float, float]:
             theirs = _tokens(k) | {k.split("/", 1)[-1]}
             per_word = sum(weight[w] * max(difflib.SequenceMatcher(None, w, t).ratio() for t in theirs) for w in words)

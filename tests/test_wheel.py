@@ -85,8 +85,9 @@ def test_committed_wheel_matches_the_tree(built: Path) -> None:
 # checks; the package page is docs/package.md, not the 55 KB README), so the target is missed and reported
 # as such (issue 31 plans the cut). Issue 34 ships the HTTP service in the package (wattgpu/service: 15 KB
 # compressed of Python, 5 KB of page HTML/JS/CSS; its dependencies stay in the [serve] extra): about 21 KB.
-# The test guards against further growth.
-WHEEL_BUDGET_BYTES = 385_000
+# Issue 37 sets the target at ≤ 400 KB for the wheel that carries the output record, the serving package
+# and the hardened service (header deadline, upload bounds); the test holds that target.
+WHEEL_BUDGET_BYTES = 400_000
 
 
 def _runtime_requirements(wheel: Path) -> list[str]:

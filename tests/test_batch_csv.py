@@ -201,3 +201,19 @@ def test_predict_help_lists_the_csv_columns():
     flat = " ".join(out.split())
     for column in ("llm, gpu", "workload (or kind)", "max_batch", "output_tokens", "gpu_memory_utilization", "itl_stat"):
         assert column in flat, column
+
+
+def test_output_dash_writes_the_csv_to_standard_output(tmp_path, monkeypatch):
+    """Issue 40: `--output -` wrote a file named '-'; it is standard output, as in other tools."""
+    src = _write(tmp_path, ROWS)
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(main, ["predict", "--input", str(src), "--output", "-", "--lenient"])
+    assert r.exit_code == 1, r.output  # some rows skipped, as with a file
+    assert not (tmp_path / "-").exists()
+    out = list(csv.DictReader(r.stdout.splitlines()))
+    assert [row["note"] for row in out] == ["a", "b", "c", "d", "e"]
+    assert out[0]["error"] == "" and "Unknown GPU" in out[2]["error"]
+    assert "wrote standard output: rows read 5, predicted 2, skipped 3" in r.stderr
+    dst = tmp_path / "out.csv"  # the same cells as a file
+    CliRunner().invoke(main, ["predict", "--input", str(src), "--output", str(dst), "--lenient"])
+    assert _read(dst) == out

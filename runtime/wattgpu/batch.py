@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import os
+import sys
 import stat
 import tempfile
 from collections import Counter
@@ -432,13 +433,16 @@ def _check_output(out_path: Any) -> str:
     return path
 
 
+STDOUT = "-"  # an output path that means standard output (`--output -`)
+
+
 def predict_csv(in_path: str, out_path: str, on_error: str = "skip", defaults: Workload | None = None,
                 prices: Prices = (None, None, 1.0, None), predictor: Any = None,
                 report: Callable[[str], None] = lambda msg: None, chunk: int = CHUNK_ROWS,
                 errors_path: str | None = None, report_limit: int | None = None, lenient: bool = False,
                 examples: dict[str, str] | None = None) -> BatchSummary:
-    """Predict every row of ``in_path`` into ``out_path``, streaming; returns a :class:`BatchSummary`
-    (which also unpacks as ``(rows predicted, rows skipped)``).
+    """Predict every row of ``in_path`` into ``out_path`` (``"-"``: standard output), streaming; returns a
+    :class:`BatchSummary` (which also unpacks as ``(rows predicted, rows skipped)``).
 
     ``on_error="skip"``: a bad row is reported (``report("error: line N: …")``), written with an
     ``error`` column and the run continues. ``"stop"``: the first bad row raises :class:`RowError` and
@@ -464,9 +468,10 @@ def predict_csv(in_path: str, out_path: str, on_error: str = "skip", defaults: W
     if report_limit is not None and (isinstance(report_limit, bool) or not isinstance(report_limit, int)
                                      or report_limit < 0):
         raise WattGPUError(f"report_limit = {report_limit!r} is invalid; expected a non-negative integer or None")
-    out = _check_output(out_path)
+    to_stdout = out_path == STDOUT
+    out = STDOUT if to_stdout else _check_output(out_path)
     err_out = _check_output(errors_path) if errors_path is not None else None
-    if err_out is not None and os.path.abspath(err_out) == os.path.abspath(out):
+    if err_out is not None and not to_stdout and os.path.abspath(err_out) == os.path.abspath(out):
         raise WattGPUError("the errors file and the output CSV are the same file; choose another --errors path")
     summary = BatchSummary()
     shown = os.fspath(in_path) if isinstance(in_path, (str, os.PathLike)) else repr(in_path)
@@ -478,20 +483,26 @@ def predict_csv(in_path: str, out_path: str, on_error: str = "skip", defaults: W
             check_columns(cols, str(shown), lenient, report)
             fields = cols + [c for c in OUTPUT_COLUMNS if c not in cols]
             fields += [] if "error" in fields else ["error"]
-            tmp_fd, tmp = _temp_next_to(out)
             err_fo: IO[str] | None = None
             if err_out is not None:
                 err_fd, err_tmp = _temp_next_to(err_out)
                 err_fo = os.fdopen(err_fd, "w", newline="", encoding="utf-8")
             try:
-                with os.fdopen(tmp_fd, "w", newline="", encoding="utf-8") as fo:
-                    _write_rows(fo, fields, _predict_stream(rows, defaults, predictor, chunk), on_error, prices,
-                                _Reporter(report, report_limit, err_fo, examples), summary)
+                stream = _predict_stream(rows, defaults, predictor, chunk)
+                reporter = _Reporter(report, report_limit, err_fo, examples)
+                if to_stdout:  # streamed as it is predicted: with on_error="stop", rows before the bad one are out
+                    _write_rows(sys.stdout, fields, stream, on_error, prices, reporter, summary)
+                    sys.stdout.flush()
+                else:
+                    tmp_fd, tmp = _temp_next_to(out)
+                    with os.fdopen(tmp_fd, "w", newline="", encoding="utf-8") as fo:
+                        _write_rows(fo, fields, stream, on_error, prices, reporter, summary)
             finally:
                 if err_fo is not None:
                     err_fo.close()
-            os.replace(tmp, out)
-            tmp = None
+            if tmp is not None:
+                os.replace(tmp, out)
+                tmp = None
             if err_out is not None and err_tmp is not None:
                 os.replace(err_tmp, err_out)
                 err_tmp = None

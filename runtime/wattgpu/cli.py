@@ -196,7 +196,8 @@ def price_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--lenient", is_flag=True,
               help="With --input: warn about a column that is not an input column and copy it through, "
                    "instead of refusing the file.")
-@click.option("--output", "output_csv", default=None, type=click.Path(dir_okay=False), help="CSV to write (with --input).")
+@click.option("--output", "output_csv", default=None, type=click.Path(dir_okay=False, allow_dash=True),
+              help="CSV to write (with --input); - writes it to standard output.")
 @click.option("--on-error", type=click.Choice(["skip", "stop"]), default="skip", show_default=True,
               help="With --input: skip a bad row (reported with its line, `error` column) or stop at it.")
 @click.option("--errors", "errors_csv", default=None, type=click.Path(dir_okay=False),
@@ -245,7 +246,7 @@ def predict(llm: str | None, gpu: str | None, as_json: bool, usd_per_kwh: float 
                               report=report, errors_path=errors_csv, report_limit=SHOWN_ROW_ERRORS,
                               lenient=lenient, examples=examples)
         _print_skipped(summary, examples, shown, errors_csv)
-        click.echo(f"wrote {output_csv}: {summary.line()}", err=True)
+        click.echo(f"wrote {'standard output' if output_csv == '-' else output_csv}: {summary.line()}", err=True)
         if errors_csv is not None:
             click.echo(f"wrote {errors_csv}: {summary.skipped} skipped rows", err=True)
         if summary.exit_code:

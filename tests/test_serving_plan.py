@@ -179,3 +179,16 @@ def test_docs_json_md_names_every_key(pred: Predictor) -> None:
     keys = (set(p) | set(p["energy"]) | set(p["ttft_breakdown"]) | set(p["bound"]) | set(p["baselines"])
             | set(r) | set(r["candidates"][0]))
     assert not sorted(k for k in keys if f"`{k}`" not in doc)
+
+
+def test_a_fixed_replica_count_ranks_the_fleets_within_headroom_first(pred: Predictor) -> None:
+    """Issue 40: `rank --replicas 3` listed an A30 at 83 % and an RTX A5000 at 97 % of capacity among the
+    fleets within the 80 % headroom; a fixed count reports utilization without enforcing it, so those
+    within the headroom come first, as without --replicas."""
+    res = rank(LLM, Workload(kind="server", qps=20), replicas=3, predictor=pred)
+    util = [c.utilization for c in res.candidates]
+    above = [u > MAX_UTILIZATION + 1e-12 for u in util]
+    assert any(above) and not all(above)  # the case the issue saw: both kinds present
+    first_above = above.index(True)
+    assert all(above[first_above:]), util  # every fleet within the headroom before any above it
+    assert all("headroom" in " ".join(c.warnings) for c in res.candidates[first_above:])

@@ -553,6 +553,7 @@ def _rank_fleet(pred: Any, spec: Any, rows: Sequence[tuple[Any, Any, Workload]],
             candidates.append(entry if note is None else replace(entry, warnings=(*entry.warnings, note)))
     _add_failed(excluded, errors, served)
     candidates.sort(key=_sort_key("fleet" if sort == "energy" else sort))
+    candidates = headroom_order(candidates, max_utilization)  # a fixed count may run replicas above it
     candidates = _mark_measured(pred, candidates)
     excluded.sort(key=lambda t: t[0])
     return RankResult(llm=spec.name, workload=wl, sort=sort, max_itl_ms=None if max_itl_ms is None else float(max_itl_ms),

@@ -192,3 +192,18 @@ def test_a_fixed_replica_count_ranks_the_fleets_within_headroom_first(pred: Pred
     first_above = above.index(True)
     assert all(above[first_above:]), util  # every fleet within the headroom before any above it
     assert all("headroom" in " ".join(c.warnings) for c in res.candidates[first_above:])
+
+
+def test_does_not_fit_suggests_engine_settings_and_groups_that_fit(pred: Predictor) -> None:
+    """Issue 40: a near miss suggests the engine share that makes it fit, a GPU that fits as a pair says so
+    (and rank says tp auto ranks the groups); each suggestion is checked by the same memory test."""
+    from wattgpu.checks import MAX_ENGINE_SHARE
+
+    with pytest.raises(WattGPUError) as err:
+        pred.predict("NVIDIA Tesla P100 PCIe 16GB", "Qwen/Qwen2.5-7B-Instruct", Workload())
+    assert "raise gpu_memory_utilization to 0.95" in str(err.value) and "(tp=2)" in str(err.value)
+    fits = pred.predict("NVIDIA Tesla P100 PCIe 16GB", "Qwen/Qwen2.5-7B-Instruct",
+                        Workload(gpu_memory_utilization=MAX_ENGINE_SHARE))
+    assert fits.max_concurrency is not None and fits.max_concurrency >= 1
+    res = rank(LLM70, Workload(), gpus=["H100 SXM"], tp=1, predictor=pred)
+    assert not res.candidates and "tp auto ranks the groups" in res.excluded[0].reason

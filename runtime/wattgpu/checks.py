@@ -87,7 +87,7 @@ def row_error(row: Row, cols: F.Columns, i: int) -> WattGPUError | None:
         err = ModelFitError(f"{m.name} does not fit on {where}: needs {need:.1f} GiB{per} (weights + activation "
                             f"reserve + one {w.context_tokens}-token sequence), GPU has {have:.1f} GiB usable "
                             f"({g.memory_size_gb:g} GiB × {w.gpu_memory_utilization:g}); {fix}")
-        err.need_gb, err.have_gb = need, have  # type: ignore[attr-defined]
+        err.need_gb, err.have_gb, err.fix = need, have, fix  # type: ignore[attr-defined]
         return err
     return None
 
@@ -104,15 +104,37 @@ def smallest_fitting_tp(g: GpuSpec, m: LlmSpec, w: Workload) -> int | None:
     return None
 
 
+MAX_ENGINE_SHARE = 0.95  # the highest gpu_memory_utilization a does-not-fit message suggests
+
+
+def _fits(g: GpuSpec, m: LlmSpec, w: Workload) -> bool:
+    return bool(F.columns([(g, m, w)])["fit_sequences"][0] >= 1)
+
+
+def engine_fixes(g: GpuSpec, m: LlmSpec, w: Workload) -> list[str]:
+    """Engine settings that make ``m`` fit on the same GPUs, by the same memory check as a prediction: a
+    larger engine share of GPU memory (up to MAX_ENGINE_SHARE) or an fp8 KV cache."""
+    out = []
+    for share in (0.92, MAX_ENGINE_SHARE):
+        if share > w.gpu_memory_utilization and _fits(g, m, replace(w, gpu_memory_utilization=share)):
+            out.append(f"raise gpu_memory_utilization to {share:g}")
+            break
+    if w.kv_cache_dtype == "auto" and _fits(g, m, replace(w, kv_cache_dtype="fp8")):
+        out.append("store the KV cache in fp8 (kv_cache_dtype fp8)")
+    return out
+
+
 @lru_cache(maxsize=512)  # a CSV of many rows that do not fit asks the same question again and again
 def _fit_fix(g: GpuSpec, m: LlmSpec, w: Workload) -> str:
-    """What to do about a model that does not fit: the smallest group of these GPUs that holds it, if any."""
+    """What to do about a model that does not fit: an engine setting that makes it fit on these GPUs (a
+    near miss), the smallest group of these GPUs that holds it, if any, or a larger GPU."""
+    fixes = engine_fixes(g, m, w)
     tp = smallest_fitting_tp(g, m, w)
     if tp is not None:
-        return f"split it over {tp} of these GPUs (tp={tp}) or use a larger GPU"
-    if (g.max_group or 1) > 1:
+        fixes.append(f"split it over {tp} of these GPUs (tp={tp})")
+    elif (g.max_group or 1) > 1 and not fixes:
         return f"use a larger GPU: no group of up to {g.max_group} of these GPUs holds it"
-    return "use a larger GPU"
+    return ", ".join(fixes) + (" or " if fixes else "") + "use a larger GPU"
 
 
 def not_finite_error(row: Row) -> WattGPUError:

@@ -599,7 +599,11 @@ def _reason(err: WattGPUError, tp: int = 1) -> tuple[str, str]:
         need, have = getattr(err, "need_gb", None), getattr(err, "have_gb", None)
         if need is not None and have is not None:
             per = "" if tp == 1 else f" per GPU of a group of {tp} (1/{tp} of the weights and KV cache)"
-            return "does_not_fit", f"does not fit: needs {need:.1f} GiB{per}, GPU has {have:.1f} GiB usable"
+            fix = getattr(err, "fix", "")
+            hint = f"; {fix}" if fix else ""
+            if "(tp=" in fix:
+                hint += " (tp auto ranks the groups)"
+            return "does_not_fit", f"does not fit: needs {need:.1f} GiB{per}, GPU has {have:.1f} GiB usable{hint}"
         return "does_not_fit", str(err)
     if isinstance(err, SpecValidationError) and err.field == "tp":
         return "no_group", f"no tensor-parallel group: {err}"

@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from . import features as F
-from . import physics
+from . import ops, physics
 
 GRID_POINTS = 8  # batch sizes evaluated per engine set-up: the batch limit and the powers of two below it
 WORKLOAD_MAX_CONCURRENCY = 65536.0  # Workload.concurrency's upper bound
@@ -54,6 +54,16 @@ def request_s(cols: F.Columns, itl: Any) -> Any:
     return prefill_s(cols) + cols["wl_output_tokens"] * itl
 
 
+def load_point(conc: Any, cap: Any, learned: bool) -> tuple[Any, Any]:
+    """(busy batch, concurrency the models are evaluated at) of a server at mean concurrency ``conc`` with
+    at most ``cap`` sequences decoding: the zero-truncated Poisson busy batch, capped; the models see that
+    batch as a closed loop, or (``learned``, server rows in training) the capped concurrency itself.
+    Arrays or one row of floats."""
+    cap = ops.minimum(cap, WORKLOAD_MAX_CONCURRENCY)
+    batch = ops.minimum(physics.busy_batch(conc), cap)
+    return batch, (ops.clip(ops.minimum(conc, cap), 1e-3, WORKLOAD_MAX_CONCURRENCY) if learned else batch)
+
+
 def request_time(evaluate: Callable[..., dict[str, np.ndarray]], cols: F.Columns, index: np.ndarray,
                  conc: np.ndarray, cap: np.ndarray, learned: bool,
                  targets: Sequence[str] | None = None) -> dict[str, Any]:
@@ -64,10 +74,7 @@ def request_time(evaluate: Callable[..., dict[str, np.ndarray]], cols: F.Columns
     (zero-truncated Poisson mean, capped at ``cap``); with them (``learned``), as the server workload
     at concurrency ``conc`` (capped). Returns ``request_s``, the model outputs ``res`` and ``batch``.
     """
-    conc = np.asarray(conc, dtype=np.float64)
-    cap = np.minimum(np.asarray(cap, dtype=np.float64), WORKLOAD_MAX_CONCURRENCY)
-    batch = np.minimum(physics.busy_batch(conc), cap)
-    level = np.clip(np.minimum(conc, cap), 1e-3, WORKLOAD_MAX_CONCURRENCY) if learned else batch
+    batch, level = load_point(np.asarray(conc, dtype=np.float64), np.asarray(cap, dtype=np.float64), learned)
     at = F.with_concurrency(cols, index, level, closed_loop=not learned)
     res = evaluate(at) if targets is None else evaluate(at, targets)  # only ``targets`` (ITL suffices for W)
     return {"res": res, "batch": at["eff_batch"] if learned else batch, "roofline_itl_s": at["roofline_itl_s"],

@@ -127,13 +127,16 @@ def erlang_c(servers: int, offered: float) -> float:
 def server_wait(qps: np.ndarray, max_qps: np.ndarray, slots: np.ndarray) -> np.ndarray:
     """Mean wait (s) for a batch slot of a Poisson server: M/M/c with c = ``slots`` (the capacity's
     operating batch) and service time c / ``max_qps``: C(c, a) / (max_qps − qps); NaN at or beyond capacity."""
-    out = np.full(len(qps), math.nan)
-    for k, (lam, mu, c) in enumerate(zip(qps.tolist(), max_qps.tolist(), slots.tolist())):
-        if not (lam < mu and math.isfinite(mu) and c >= 1):
-            continue
-        n = max(1, int(round(c)))
-        out[k] = erlang_c(n, n * lam / mu) / (mu - lam)
-    return out
+    return np.array([server_wait_one(lam, mu, c) for lam, mu, c in zip(qps.tolist(), max_qps.tolist(), slots.tolist())],
+                    dtype=np.float64)
+
+
+def server_wait_one(qps: float, max_qps: float, slots: float) -> float:
+    """:func:`server_wait` of one row (floats)."""
+    if not (qps < max_qps and math.isfinite(max_qps) and slots >= 1):
+        return math.nan
+    n = max(1, int(round(slots)))
+    return erlang_c(n, n * qps / max_qps) / (max_qps - qps)
 
 
 def e2e_latency(ttft_s: Any, itl_s: Any, output_tokens: Any) -> Any:

@@ -257,6 +257,53 @@ def solve_server_concurrency(qps: np.ndarray, request_time_s: Callable[..., np.n
     return np.where(solved, hi, conc), done | solved
 
 
+def solve_server_concurrency_one(qps: float, request_time_s: Callable[[float], float], iters: int = 60,
+                                 rtol: float = 1e-6, damping: float = 0.5, upper: float | None = None,
+                                 bisect_iters: int = 60) -> tuple[float, bool]:
+    """:func:`solve_server_concurrency` of ONE row on Python floats, for the one-row path: the same
+    iterates, brackets, checks and bisection step for step (``active_rows`` semantics: ``request_time_s``
+    is called only while the row is unsolved), so the same answer to the last bit wherever
+    ``request_time_s`` gives the bits the vectorised evaluation gives (tests/test_server_solve.py). numpy
+    on one-element arrays costs ~30 µs per iteration in the solver's own bookkeeping; floats cost ~1 µs."""
+    lo, hi = 0.0, math.inf if upper is None else float(upper)
+
+    def bracket(at: float, new: float) -> None:
+        nonlocal lo, hi
+        if new > at:  # NaN is neither above nor below, as in the vectorised bracket
+            if at < hi:
+                lo = max(lo, at)
+        elif new <= at and at > lo:
+            hi = min(hi, at)
+
+    def close(a: float, b: float) -> bool:  # np.isclose(a, b, rtol, atol=1e-9)
+        if math.isinf(a) or math.isinf(b):
+            return a == b
+        return abs(a - b) <= 1e-9 + rtol * abs(b)
+
+    conc = qps * request_time_s(1.0)
+    bracket(1.0, conc)
+    done = False
+    for _ in range(iters):
+        new = qps * request_time_s(conc)
+        bracket(conc, new)
+        if close(new, conc):
+            conc, done = new, True
+            break
+        conc = (1.0 - damping) * conc + damping * new
+    if upper is not None and done:
+        new = qps * request_time_s(conc)
+        bracket(conc, new)
+        done = not new > conc * (1.0 + 4.0 * rtol)
+    if not done and math.isfinite(hi) and hi > lo:
+        for _ in range(bisect_iters):
+            mid = 0.5 * (lo + hi)
+            bracket(mid, qps * request_time_s(mid))
+            if not (hi - lo) > rtol * hi:
+                break
+    solved = not done and math.isfinite(hi) and (hi - lo) <= rtol * hi
+    return (hi if solved else conc), done or solved
+
+
 # ---- busy power from the roofline duty cycle (target transform of the power model)
 # Per-layer, per-decode-step host/launch overhead that the roofline does not count (s). Round numbers
 # of the order of eager-mode kernel launches (HF transformers: ~10 kernels/layer at tens of µs) and of

@@ -155,7 +155,7 @@ def _server_numbers(bundle: ModelBundle, row: Row, c: dict[str, float], learned:
 
     def request_time(conc: float) -> float:
         cols, res, _ = at(conc, _ITL_ONLY)
-        return capacity.request_s(cols, res[ITL])  # type: ignore[arg-type,no-any-return]
+        return capacity.request_s(cols, res[ITL])  # type: ignore[arg-type]
 
     over = qps > cap.max_qps * (1.0 + 1e-9)
     if over:  # saturated at the capacity's operating point: nothing to solve
@@ -166,7 +166,7 @@ def _server_numbers(bundle: ModelBundle, row: Row, c: dict[str, float], learned:
     cols, res, batch = at(conc, None)  # every model at the solved (or saturated) concurrency
     req_s = capacity.request_s(cols, res[ITL])  # type: ignore[arg-type]
     idle = idle_power(g)
-    busy = physics.busy_fraction(conc)
+    busy = physics.busy_fraction(conc)  # type: ignore[arg-type]
     power = res[POWER] if learned else physics.server_power_mix(idle[0], res[POWER], conc)  # type: ignore[arg-type]
     itl = res[ITL]
     mix = mix_entry(g, learned, power, itl, busy, res[POWER], conc, batch, req_s, idle, converged, over,  # type: ignore[arg-type]

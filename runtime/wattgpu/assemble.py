@@ -8,6 +8,7 @@ import numpy as np
 from . import features as F
 from . import ops
 from .bundle import ModelBundle
+from .calibration import of as calibration_of
 from .specs import GpuSpec, LlmSpec
 from .targets import inverse
 from .workload import KINDS, Workload
@@ -67,7 +68,5 @@ def evaluate(bundle: ModelBundle, cols: F.Columns, targets: Sequence[str] | None
         learned = bundle.session(target).run(None, {m.input_name: X})[0].reshape(-1)
         res[target] = inverse(m.transform, learned.astype(np.float64), cols)
     if bundle.schema.calibration is not None:  # a `wattgpu calibrate` bundle: its bounded correction
-        from .calibration import of
-
-        res = of(bundle).apply(res, cols)  # type: ignore[union-attr]
+        res = calibration_of(bundle).apply(res, cols)  # type: ignore[union-attr]
     return res

@@ -166,3 +166,19 @@ def overload_message(qps: float, max_qps: float, sla: bool = False) -> str:
     """The one-line overload state: what the load needs and what the GPU sustains."""
     within = " within the ITL SLA" if sla else ""
     return f"overloaded: needs {qps:.4g} req/s, sustains at most {max_qps:.4g} req/s{within}"
+
+
+def itl_miss(itl_s: float, max_itl_ms: float) -> str:
+    """The ITL part of an SLA miss, in words: ``ITL 62.0 ms > 50 ms``."""
+    return f"ITL {itl_s * 1e3:.1f} ms > {max_itl_ms:g} ms"
+
+
+def sla_miss(itl_s: float, ttft_s: float | None, max_itl_ms: float | None, max_ttft_ms: float | None) -> str | None:
+    """Which SLA an operating point misses, in words (the ITL first), or None when it meets both; a TTFT of
+    None (unbounded: at or beyond capacity) misses any TTFT SLA. The one SLA-miss text of rank and fleets."""
+    if max_itl_ms is not None and itl_s * 1e3 > max_itl_ms:
+        return itl_miss(itl_s, max_itl_ms)
+    if max_ttft_ms is not None and (ttft_s is None or ttft_s * 1e3 > max_ttft_ms):
+        shown = "unbounded" if ttft_s is None else f"{ttft_s * 1e3:.1f} ms"
+        return f"TTFT {shown} > {max_ttft_ms:g} ms"
+    return None

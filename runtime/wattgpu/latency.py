@@ -38,20 +38,14 @@ from . import capacity, ops, parallel, physics
 # Share of the dense tensor peak a prefill reaches: large GEMMs run at 50–70 % of peak in vLLM/TensorRT
 # kernels, attention and norms lower; a round a-priori figure, not fitted on the TTFT rows.
 PREFILL_EFFICIENCY = 0.5
-# vLLM's default max_num_batched_tokens for its OpenAI server (EngineArgs batch defaults, vLLM >= 0.8 V1):
-# 8192 on GPUs with >= 70 GiB that are not A100s, 2048 on the rest; never below max_num_seqs (vLLM refuses
-# a budget smaller than the batch cap).
-BUDGET_LARGE_GPU = 8192
-BUDGET_DEFAULT = 2048
-LARGE_GPU_GB = 70.0
 MAX_PREFILL_RHO = 0.95  # the prefill queue's load is capped here (beyond it the chunk budget is the bottleneck)
 
 
 def prefill_budget(gpu: Any, wl: Any) -> float:
-    """Prompt tokens the engine batches per step: vLLM's default ``max_num_batched_tokens`` for ``gpu``
-    (8192 on >= 70 GiB GPUs other than A100s, else 2048), at least the batch cap ``wl.max_batch``."""
-    large = gpu.memory_size_gb >= LARGE_GPU_GB and "a100" not in gpu.name.lower()
-    return float(max(BUDGET_LARGE_GPU if large else BUDGET_DEFAULT, wl.max_batch))
+    """Prompt tokens the engine batches per step: vLLM's default ``max_num_batched_tokens`` on ``gpu`` (its
+    catalog trait :attr:`GpuSpec.default_batched_tokens`), never below the batch cap ``wl.max_batch`` (vLLM
+    refuses a budget smaller than max_num_seqs)."""
+    return float(max(gpu.default_batched_tokens, wl.max_batch))
 
 
 def step_envelope(batch: np.ndarray, grid_batch: np.ndarray, grid_itl: np.ndarray) -> np.ndarray:

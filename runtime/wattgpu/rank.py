@@ -41,6 +41,7 @@ from .fleet import EVEN_SPLIT, check_max_utilization, check_replicas
 from .launch import ContextPlan, context_plans, model_reference, vllm_args
 from .quant import with_dtype
 from .prediction import Prediction
+from .predictor import Predictor, default_predictor
 from .workload import Workload
 
 SORT_KEYS = ("energy", "power", "itl", "cost")
@@ -228,13 +229,7 @@ def check_sla_ms(max_itl_ms: Any, max_ttft_ms: Any) -> None:
 
 def misses(p: Prediction, strict: bool, max_itl_ms: float | None, max_ttft_ms: float | None) -> str | None:
     """Which SLA ``p`` misses, in words (``ITL 62.0 ms > 50 ms``), or None when it meets both."""
-    itl, _ = sla_itl(p, strict)
-    if max_itl_ms is not None and itl * 1e3 > max_itl_ms:
-        return f"ITL {itl * 1e3:.1f} ms > {max_itl_ms:g} ms"
-    if max_ttft_ms is not None and (p.ttft_s is None or p.ttft_s * 1e3 > max_ttft_ms):
-        shown = "unbounded" if p.ttft_s is None else f"{p.ttft_s * 1e3:.1f} ms"
-        return f"TTFT {shown} > {max_ttft_ms:g} ms"
-    return None
+    return capacity.sla_miss(sla_itl(p, strict)[0], p.ttft_s, max_itl_ms, max_ttft_ms)
 
 
 # Batch caps whose J/token is within this share of the lowest count as equally good; the largest of them is
@@ -364,8 +359,6 @@ def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None 
     candidates are ranked by fleet energy (fleet power at that rate; see :mod:`wattgpu.fleet`).
     ``dtype`` overrides the checkpoint's weight dtype (see :func:`wattgpu.quant.with_dtype`).
     """
-    from .predictor import default_predictor
-
     wl = _as_workload(workload)
     if not isinstance(sort, str) or sort not in SORT_KEYS:
         raise WattGPUError(f"sort = {sort!r} is invalid; expected one of {', '.join(SORT_KEYS)}")
@@ -570,8 +563,6 @@ def _as_workload(workload: Any) -> Workload:
 
 
 def _as_predictor(predictor: Any) -> Any:
-    from .predictor import Predictor
-
     if predictor is not None and not isinstance(predictor, Predictor):
         raise ArgumentTypeError(f"predictor: expected a wattgpu.Predictor or None, got {type(predictor).__name__}")
     return predictor

@@ -12,6 +12,7 @@ from . import features as F
 from . import latency, ops, physics
 from .assemble import Evaluate, Row
 from .bundle import ModelBundle
+from .calibration import of as calibration_of
 from .checks import (capacity_warnings, context_warnings, domain_warnings, intervals, not_finite_error,
                      server_warnings, tp_warnings)
 from .energy import energy_figures
@@ -170,9 +171,7 @@ def prediction(bundle: ModelBundle, i: int, row: Row, cols: F.Columns, numbers: 
     factors = bundle.interval_factors
     calibrated = None
     if bundle.schema.calibration is not None:
-        from .calibration import of
-
-        cal = of(bundle)
+        cal = calibration_of(bundle)
         calibrated = memo.spec(gpu, cal.describe)  # type: ignore[union-attr]
         factors = {t: scaled_factors(f, cal.interval_scale(gpu, t)) for t, f in factors.items()}  # type: ignore[union-attr]
     return Prediction(

@@ -26,6 +26,7 @@ from . import assemble, capacity, latency, ops, parallel, physics
 from . import features as F
 from .assemble import Row
 from .bundle import ModelBundle
+from .calibration import of as calibration_of
 from .checks import NO_KV_CACHE
 from .prediction import Prediction
 from .raw_columns import row_with_concurrency
@@ -86,9 +87,7 @@ def evaluate_one(bundle: ModelBundle, c: dict[str, float], targets: tuple[str, .
     x = assemble.steady(c) if assemble.reads_kind(bundle) else c  # the same rule as assemble.evaluate
     out = {target: run(x) for target, run in _runners(bundle).items() if targets is None or target in targets}
     if bundle.schema.calibration is not None:  # the same correction as assemble.evaluate, on floats
-        from .calibration import of
-
-        out = of(bundle).apply(out, c)  # type: ignore[union-attr]
+        out = calibration_of(bundle).apply(out, c)  # type: ignore[union-attr]
     return out
 
 

@@ -304,13 +304,17 @@ def search_caps(pred: Any, rows: Sequence[tuple[Any, Any, Workload]], first: Seq
     owner: list[int] = []
     variants: list[tuple[Any, Any, Workload]] = []
     by_row: dict[int, list[_Option]] = {}
+    capped: dict[tuple[int, int], Workload] = {}  # one Workload per (workload, cap): rows share it, as specs
     for i, f in zip(ok, fit):
         g, m, w = rows[i]
         by_row[i] = [_option_of(first[i], rows[i], strict)]  # the cap asked for is always a choice
         for b in batch_caps(min(float(w.max_batch), max(float(f), 1.0))):
             if b != w.max_batch:
+                wb = capped.get((id(w), b))
+                if wb is None:
+                    wb = capped[(id(w), b)] = replace(w, max_batch=b)
                 owner.append(i)
-                variants.append((g, m, replace(w, max_batch=b)))
+                variants.append((g, m, wb))
     for i, o in zip(owner, _options_of(pred.evaluate_rows(variants), variants, strict)):
         by_row[i].append(o)
     out: list[tuple[Any, tuple[Any, Any, Workload], str | None, str | None]] = [

@@ -32,7 +32,17 @@ def server_mix(evaluate: Evaluate, rows: Sequence[Row], cols: F.Columns, learned
     are evaluated as the server workload at concurrency L, exactly as the training rows were
     described, and the learned power is the mean power. At most ``cap`` sequences decode at once;
     a rate beyond ``capacity["max_qps"]`` is overloaded: the GPU runs saturated at the capacity's
-    operating point (see :mod:`wattgpu.capacity`)."""
+    operating point (see :mod:`wattgpu.capacity`). Rows repeated in ``rows`` (same specs, same workload
+    fields) are solved once. The one-row path (:mod:`wattgpu.single`) solves the same fixed point on floats."""
+    first: dict[Any, int] = {}
+    keys = [capacity_mod._key(r, True) for r in rows]  # every input of the solve: specs and all workload fields
+    where = [first.setdefault(k, i) for i, k in enumerate(keys)]
+    if len(first) < len(rows):  # repeated rows (a CSV, a sweep) are solved once each: the solve is row-wise
+        uniq = np.array(sorted(first.values()), dtype=np.intp)
+        solved = server_mix(evaluate, [rows[i] for i in uniq], {k: v[uniq] for k, v in cols.items()}, learned,
+                            cap[uniq], {k: v[uniq] for k, v in capacity.items()})
+        slot = {int(i): j for j, i in enumerate(uniq)}
+        return {k: dict(solved[slot[w]]) for k, w in enumerate(where)}
     qps = np.array([w.qps for _, _, w in rows], dtype=np.float64)
     index = np.arange(len(rows))
     state: dict[str, Any] = {}

@@ -7,11 +7,15 @@ one element. This path evaluates the SAME definitions — :func:`features.row_co
 float32 buffer, and so returns the Prediction the vectorised path returns, bit for bit
 (tests/test_scalar_path.py).
 
+Poisson-server rows solve the same Little's-law fixed point on floats
+(:func:`physics.solve_server_concurrency_one`: the vectorised solve's iterates, brackets and bisection,
+step for step, each step one ITL model run on the prebuilt buffer) and build the same server state
+(:func:`server.mix_entry`), so they too equal the vectorised path field for field.
+
 Rows it does not handle return None and take the vectorised path, so their numbers, warnings and
-errors are the vectorised path's by construction: Poisson-server workloads (the fixed point is
-solved vectorised), rows that cannot be predicted (no KV cache, an impossible TP group, does not fit,
-not finite) and rows
-that hit an arithmetic edge a float raises on (a zero divisor) where numpy gives inf/NaN.
+errors are the vectorised path's by construction: rows that cannot be predicted (no KV cache, an
+impossible TP group, does not fit, not finite) and rows that hit an arithmetic edge a float raises on
+(a zero divisor) where numpy gives inf/NaN.
 """
 from __future__ import annotations
 

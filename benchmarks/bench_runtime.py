@@ -327,8 +327,11 @@ def bench_rank(predictor: Any, llm: str, repeats: int, calls: int) -> dict[str, 
     the same (GPU, LLM, workload) rows through ``predict_table`` (numbers only: no objects, no sort)."""
     import wattgpu
 
+    from wattgpu.results import memo_for
+
     n_gpus = len(predictor.catalog.gpus)
     spec = predictor.resolve_llm(llm)
+    memo = memo_for(predictor.bundle)
     out: dict[str, Any] = {}
     for label, wl, sla in (("rank_full_catalog_ms", wattgpu.Workload(), None),
                            ("rank_server_ms", wattgpu.Workload(**SERVER_WORKLOAD), None),
@@ -352,6 +355,13 @@ def bench_rank(predictor: Any, llm: str, repeats: int, calls: int) -> dict[str, 
             med.append(statistics.median(ts) * 1e3)
             fl.append(statistics.median(fs) * 1e3)
         base = label[:-3]
+        fresh = []
+        for _ in range(max(3, calls // 4)):  # nothing memoised: every capacity grid recomputed
+            memo.clear()
+            t = time.perf_counter()
+            fn()
+            fresh.append(time.perf_counter() - t)
+        out[f"{base}_unmemoised_ms"] = summarise([statistics.median(fresh) * 1e3])
         out[label] = summarise(med)
         out[f"{base}_floor_predict_table_ms"] = summarise(fl)
         out[f"{base}_over_predict_table"] = summarise([a / b for a, b in zip(med, fl)])
@@ -359,7 +369,9 @@ def bench_rank(predictor: Any, llm: str, repeats: int, calls: int) -> dict[str, 
                     "server_workload": SERVER_WORKLOAD, "floor": "Predictor.predict_table on the same rows",
                     "rank_server_sla": f"server workload with max_itl_ms={SERVER_SLA_ITL_MS:g}: the batch-cap "
                                        "search (every power-of-two cap up to the limit, per GPU); its floor is "
-                                       "predict_table on the 52 rows at the asked cap only"}
+                                       "predict_table on the 52 rows at the asked cap only",
+                    "memo": "capacities are memoised per GPU/LLM/engine set-up across calls (as one prediction's "
+                            "are); *_unmemoised_ms clears the memo before each call"}
     return out
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 import weakref
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -11,6 +11,7 @@ from . import capacity
 from . import features as F
 from . import latency, ops, physics
 from .assemble import Evaluate, Row
+from .assemble import take as assemble_take
 from .bundle import ModelBundle
 from .calibration import of as calibration_of
 from .checks import (capacity_warnings, context_warnings, domain_warnings, intervals, not_finite_error,
@@ -45,7 +46,7 @@ def core(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.C
     busy = np.ones(len(rows))
     server = cols["wl_kind_code"] == SERVER_CODE
     server_rows = [int(k) for k in np.flatnonzero(server)]
-    cap = capacity.capacity_table(evaluate, rows, cols, learned=server_learned)
+    cap = capacities(bundle, evaluate, rows, cols, server_learned)
     itl = capacity.sub_batch_itl(out[ITL], batch, cap["grid_batch"], cap["grid_itl"])
     req_s = capacity.request_s(cols, itl)  # server rows' ITL and batch change below, but they never read it
     tokens_per_s = served_token_rate(cols, batch, req_s, cap["max_qps"])
@@ -75,6 +76,56 @@ def core(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.C
         numbers.update(latency_numbers(cols, budget, batch, numbers["itl_s"], tokens_per_s,
                                        latency.step_envelope(batch, cap["grid_batch"], cap["grid_itl"]), wait))
     return numbers, mix
+
+
+class Capacity(NamedTuple):
+    """What a prediction reads of a row's :func:`capacity.capacity_table`, memoised per (GPU, LLM, engine
+    set-up) in the bundle's :class:`RowMemo` for the vectorised and the one-row path alike."""
+
+    max_qps: float
+    grid_batch: tuple[float, ...]
+    grid_itl: tuple[float, ...]
+    concurrency: float  # the operating point's concurrency (the server solve's upper bracket)
+    limit: float  # sequences the engine runs at once
+
+    @classmethod
+    def of(cls, table: Mapping[str, np.ndarray], j: int) -> "Capacity":
+        """Row ``j`` of a :func:`capacity.capacity_table`."""
+        return cls(float(table["max_qps"][j]), tuple(table["grid_batch"][j].tolist()),
+                   tuple(table["grid_itl"][j].tolist()), float(table["concurrency"][j]), float(table["limit"][j]))
+
+
+def capacities(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.Columns,
+               learned: bool) -> dict[str, np.ndarray]:
+    """:class:`Capacity` fields of every row as arrays (``grid_*``: rows × points), plus
+    ``max_concurrency``: memoised set-ups are read back, the others computed by one
+    :func:`capacity.capacity_table` call (row-wise, so the same numbers whichever rows share the call)."""
+    memo = memo_for(bundle)
+    slot_of: dict[tuple[Any, ...], int] = {}
+    firsts: list[int] = []
+    where = np.empty(len(rows), dtype=np.intp)
+    for i, row in enumerate(rows):
+        key = (learned, capacity._key(row, learned))
+        s = slot_of.get(key)
+        if s is None:
+            s = slot_of[key] = len(firsts)
+            firsts.append(i)
+        where[i] = s
+    keys = list(slot_of)
+    got = [memo.capacity_get(key, rows[i]) for key, i in zip(keys, firsts)]
+    miss = [s for s, c in enumerate(got) if c is None]
+    if miss:
+        idx = [firsts[s] for s in miss]
+        table = capacity.capacity_table(evaluate, [rows[i] for i in idx], assemble_take(cols, idx, len(rows)), learned)
+        for j, s in enumerate(miss):
+            got[s] = Capacity.of(table, j)
+            memo.capacity_put(keys[s], rows[idx[j]], got[s])
+    return {"max_qps": np.array([c.max_qps for c in got])[where],
+            "grid_batch": np.array([c.grid_batch for c in got], dtype=np.float64).reshape(len(got), -1)[where],
+            "grid_itl": np.array([c.grid_itl for c in got], dtype=np.float64).reshape(len(got), -1)[where],
+            "concurrency": np.array([c.concurrency for c in got])[where],
+            "limit": np.array([c.limit for c in got])[where],
+            "max_concurrency": np.maximum(cols["fit_sequences"], 0.0)}
 
 
 def latency_numbers(cols: Any, budget: Any, batch: Any, itl: Any, tokens_per_s: Any, step_s: Any,
@@ -263,14 +314,21 @@ class RowMemo:
         """The capacity of a row (``max_qps`` and its grid), computed once per (GPU, LLM, engine set-up):
         what :func:`capacity.capacity_table` keys a capacity on."""
         key = (learned, capacity._key(row, learned))
+        hit = self.capacity_get(key, row)
+        if hit is None:
+            hit = compute()
+            self.capacity_put(key, row, hit)
+        return hit
+
+    def capacity_get(self, key: tuple[Any, ...], row: Row) -> Any:
+        """The capacity memoised under ``key`` for ``row``'s specs, or None."""
         hit = self.capacities.get(key)
-        if hit is not None and hit[0] is row[0] and hit[1] is row[1]:
-            return hit[2]
+        return hit[2] if hit is not None and hit[0] is row[0] and hit[1] is row[1] else None
+
+    def capacity_put(self, key: tuple[Any, ...], row: Row, value: Any) -> None:
         if len(self.capacities) > self.LIMIT:
             self.capacities.clear()
-        value = compute()
         self.capacities[key] = (row[0], row[1], value)
-        return value
 
 
 def _workload_dict(wl: Any) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import threading
 import weakref
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable
 
 import numpy as np
 
@@ -34,7 +34,7 @@ from .calibration import of as calibration_of
 from .checks import NO_KV_CACHE
 from .prediction import Prediction
 from .raw_columns import row_with_concurrency
-from .results import (CLOSED_LOOP_CODE, ROW_COLUMNS, RowMemo, finish, latency_numbers, memo_for, prediction,
+from .results import (CLOSED_LOOP_CODE, ROW_COLUMNS, Capacity, RowMemo, finish, latency_numbers, memo_for, prediction,
                       served_token_rate, utilization)
 from .server import SERVER_FIXED_POINT_ITERS, idle_power, mix_entry
 from .targets import ITL, POWER, inverse
@@ -93,16 +93,6 @@ def evaluate_one(bundle: ModelBundle, c: dict[str, float], targets: tuple[str, .
     if bundle.schema.calibration is not None:  # the same correction as assemble.evaluate, on floats
         out = calibration_of(bundle).apply(out, c)  # type: ignore[union-attr]
     return out
-
-
-class Capacity(NamedTuple):
-    """What the one-row path keeps of a row's :func:`capacity.capacity_table` (memoised per set-up)."""
-
-    max_qps: float
-    grid_batch: tuple[float, ...]
-    grid_itl: tuple[float, ...]
-    concurrency: float  # the operating point's concurrency (the server solve's upper bracket)
-    limit: float  # sequences the engine runs at once
 
 
 def numbers_one(bundle: ModelBundle, row: Row, memo: RowMemo | None = None
@@ -198,8 +188,7 @@ def _capacity(bundle: ModelBundle, row: Row, c: dict[str, float], learned: bool)
     evaluate = lambda at, targets=None: assemble.evaluate(bundle, at, targets)  # noqa: E731
     with np.errstate(divide="ignore", invalid="ignore"):
         cap = capacity.capacity_table(evaluate, [row], cols, learned)
-    return Capacity(float(cap["max_qps"][0]), tuple(cap["grid_batch"][0].tolist()), tuple(cap["grid_itl"][0].tolist()),
-                    float(cap["concurrency"][0]), float(cap["limit"][0]))
+    return Capacity.of(cap, 0)
 
 
 def _sub_batch_itl(itl: float, batch: float, grid_batch: tuple[float, ...], grid_itl: tuple[float, ...]) -> float:

@@ -1,4 +1,4 @@
-"""The one-row server solve (physics.solve_server_concurrency_one, floats) takes the vectorised solve's
+"""The server solve on one row of floats (the one-row path) takes the vectorised solve's
 steps: the same answers and convergence flags on smooth, stepped, flat, diverging and NaN request times."""
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def test_one_row_solve_equals_the_vectorised_solve(fn, qps: float, upper: float 
         calls.append(L)
         return float(fn(L))
 
-    got, ok = physics.solve_server_concurrency_one(qps, one, iters=30, upper=upper)
+    got, ok = physics.solve_server_concurrency(qps, one, iters=30, upper=upper)
     want, want_ok = physics.solve_server_concurrency(
         np.array([qps]), lambda L, idx=None: np.asarray(fn(np.asarray(L, dtype=np.float64)), dtype=np.float64),
         iters=30, active_rows=True, upper=None if upper is None else np.array([upper]))
@@ -54,7 +54,7 @@ def test_one_row_solve_equals_the_vectorised_solve(fn, qps: float, upper: float 
 
 
 def test_one_row_solve_meets_littles_law_where_it_converges() -> None:
-    L, ok = physics.solve_server_concurrency_one(0.5, lambda L: 2.0 + 0.5 * L)
+    L, ok = physics.solve_server_concurrency(0.5, lambda L: 2.0 + 0.5 * L)
     assert ok and L == pytest.approx(0.5 * (2.0 + 0.5 * L), rel=1e-5)
-    L, ok = physics.solve_server_concurrency_one(1.0, lambda L: 1.0 + 0.9 * L + 3.0 * (L > 20.0), iters=30, upper=64.0)
+    L, ok = physics.solve_server_concurrency(1.0, lambda L: 1.0 + 0.9 * L + 3.0 * (L > 20.0), iters=30, upper=64.0)
     assert ok and L >= 1.0 * (1.0 + 0.9 * L + 3.0 * (L > 20.0)) * (1 - 1e-9)  # on the side L ≥ λ·T(L)

@@ -40,9 +40,7 @@ def steady(cols: Any) -> Any:
     gives the same power and ITL whatever the workload kind is called (the capacity grid and the server
     mix already evaluate a running batch this way). Arrays (a shallow copy) or one row of floats.
 
-    Applied where models are evaluated (:func:`evaluate`, ``single.evaluate_one``), and only for a model that
-    reads the kind: the shipped models no longer do (issue 32: the power model dropped it, which also scored
-    better under LOGO); a bundle fitted before that still gets the rule.
+    Applied where models are evaluated, only for a model that reads the kind (older bundles; issue 32).
     """
     out = dict(cols)
     out[KIND] = ops.where(cols[KIND] == _OFFLINE_CODE, _CLOSED_LOOP_CODE, cols[KIND])
@@ -72,15 +70,11 @@ def evaluate(bundle: ModelBundle, cols: F.Columns, targets: Sequence[str] | None
     return res
 
 
-DISTINCT_MIN_ROWS = 64  # below this the model runs on every row (finding duplicates costs more than it saves)
+DISTINCT_MIN_ROWS = 64  # smaller inputs run as they are
 
 
 def run_distinct(session: Any, input_name: str, X: np.ndarray) -> np.ndarray:
-    """The model's output (one per row) of the float32 matrix ``X``, each distinct row evaluated once.
-
-    A tree ensemble's output depends on the row's bytes alone, so this equals running every row; the
-    capacity grid, the server solve and the rank's batch-cap search repeat rows (the same set-up at
-    the same batch under several caps), often several times over."""
+    """The model's output per row of ``X``, each distinct row (by its bytes) evaluated once."""
     n = X.shape[0]
     if n >= DISTINCT_MIN_ROWS:
         Xc = np.ascontiguousarray(X)

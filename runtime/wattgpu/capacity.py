@@ -12,9 +12,7 @@ evaluated on a grid of batch sizes — 1, the six largest powers of two up to ``
 learned ITL that is not monotone in the batch cannot inflate the capacity beyond a batch the engine
 can actually run.
 
-The same grid bounds the ITL from above (:func:`sub_batch_itl`): an engine holding ``B`` sequences can
-always decode them as ``B/b`` sub-batches of ``b``, so its throughput at ``B`` is at least its best
-throughput at any smaller batch ``b`` — more load never means less work, whatever the trees learned.
+The same grid bounds the ITL from above (:func:`sub_batch_itl`).
 
 Beyond capacity the queue grows without bound: the GPU runs saturated at the capacity's batch, its
 throughput stays at ``max_qps × output_tokens`` and the prediction says so (``overloaded``).
@@ -55,10 +53,7 @@ def request_s(cols: F.Columns, itl: Any) -> Any:
 
 
 def load_point(conc: Any, cap: Any, learned: bool) -> tuple[Any, Any]:
-    """(busy batch, concurrency the models are evaluated at) of a server at mean concurrency ``conc`` with
-    at most ``cap`` sequences decoding: the zero-truncated Poisson busy batch, capped; the models see that
-    batch as a closed loop, or (``learned``, server rows in training) the capped concurrency itself.
-    Arrays or one row of floats."""
+    """(busy batch, concurrency the models see) at mean concurrency ``conc``, ``cap`` slots."""
     cap = ops.minimum(cap, WORKLOAD_MAX_CONCURRENCY)
     batch = ops.minimum(physics.busy_batch(conc), cap)
     return batch, (ops.clip(ops.minimum(conc, cap), 1e-3, WORKLOAD_MAX_CONCURRENCY) if learned else batch)
@@ -174,8 +169,7 @@ def itl_miss(itl_s: float, max_itl_ms: float) -> str:
 
 
 def sla_miss(itl_s: float, ttft_s: float | None, max_itl_ms: float | None, max_ttft_ms: float | None) -> str | None:
-    """Which SLA an operating point misses, in words (the ITL first), or None when it meets both; a TTFT of
-    None (unbounded: at or beyond capacity) misses any TTFT SLA. The one SLA-miss text of rank and fleets."""
+    """Which SLA is missed, in words (ITL first; TTFT None = unbounded), or None."""
     if max_itl_ms is not None and itl_s * 1e3 > max_itl_ms:
         return itl_miss(itl_s, max_itl_ms)
     if max_ttft_ms is not None and (ttft_s is None or ttft_s * 1e3 > max_ttft_ms):

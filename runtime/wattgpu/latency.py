@@ -118,15 +118,9 @@ def erlang_c(servers: int, offered: float) -> float:
     return b / (1.0 - rho * (1.0 - b))
 
 
-def server_wait(qps: np.ndarray, max_qps: np.ndarray, slots: np.ndarray) -> np.ndarray:
-    """Mean wait (s) for a batch slot of a Poisson server: M/M/c with c = ``slots`` (the capacity's
-    operating batch) and service time c / ``max_qps``: C(c, a) / (max_qps − qps); NaN at or beyond capacity."""
-    return np.array([server_wait_one(lam, mu, c) for lam, mu, c in zip(qps.tolist(), max_qps.tolist(), slots.tolist())],
-                    dtype=np.float64)
-
-
-def server_wait_one(qps: float, max_qps: float, slots: float) -> float:
-    """:func:`server_wait` of one row (floats)."""
+def server_wait(qps: float, max_qps: float, slots: float) -> float:
+    """Mean wait (s) for a batch slot of a Poisson server: M/M/c, c = ``slots``, service time c / ``max_qps``:
+    C(c, a) / (max_qps − qps); NaN at or beyond capacity."""
     if not (qps < max_qps and math.isfinite(max_qps) and slots >= 1):
         return math.nan
     n = max(1, int(round(slots)))

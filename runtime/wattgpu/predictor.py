@@ -121,8 +121,7 @@ class Predictor:
         return self.evaluate_rows(triples).predictions()
 
     def evaluate_rows(self, triples: Sequence[Row]) -> "Evaluated":
-        """Every row's numbers in one vectorised pass (:class:`Evaluated`), its Prediction objects built
-        only for the rows asked for (rank's batch-cap search decides on the arrays and builds one per GPU)."""
+        """Every row's numbers in one vectorised pass; Predictions built on demand (:class:`Evaluated`)."""
         _check_sequence(triples)
         if not triples:
             return Evaluated(self.bundle, triples, [], [], {}, {}, {})
@@ -167,28 +166,24 @@ class Predictor:
 
 
 class Evaluated:
-    """Rows evaluated together (:meth:`Predictor.evaluate_rows`): each row's error, the vectorised numbers
-    of the predictable rows (``numbers[k][slot[i]]`` for row ``i``) and its Prediction on demand."""
+    """Rows evaluated together: errors, numbers (row ``i`` at ``slot[i]``), Predictions on demand."""
 
     def __init__(self, bundle: ModelBundle, triples: Sequence[Row], errors: list[WattGPUError | None],
                  good: list[int], cols: Columns, numbers: Mapping[str, np.ndarray], mix: Mapping[int, Any]) -> None:
-        self.bundle, self.triples, self.errors, self.good = bundle, triples, errors, good
-        self.cols, self.numbers, self.mix = cols, numbers, mix
+        self.bundle, self.triples, self.errors, self.cols, self.numbers, self.mix = bundle, triples, errors, cols, numbers, mix
         self.slot = {i: k for k, i in enumerate(good)}
-
-    def value(self, i: int, name: str) -> Any:
-        """Field ``name`` of row ``i``'s numbers (the row must have no error)."""
-        return self.numbers[name][self.slot[i]]
+        self._lists: tuple[dict[str, list[Any]], dict[str, list[Any]]] | None = None
 
     def prediction(self, i: int) -> Prediction | WattGPUError:
         """Row ``i``'s Prediction, or the WattGPUError it raises."""
         if self.errors[i] is not None:
             return self.errors[i]  # type: ignore[return-value]
+        if self._lists is None:  # lists: row reads without numpy scalar boxing (same values)
+            self._lists = ({k: v.tolist() for k, v in self.numbers.items()},
+                           {k: self.cols[k].tolist() for k in results.ROW_COLUMNS})
         k = self.slot[i]
-        row_cols = {c: self.cols[c][k:k + 1].tolist() for c in results.ROW_COLUMNS}
-        one = {name: v[k:k + 1].tolist() for name, v in self.numbers.items()}
         try:
-            return results.prediction(self.bundle, 0, self.triples[i], row_cols, one,
+            return results.prediction(self.bundle, k, self.triples[i], self._lists[1], self._lists[0],  # type: ignore[arg-type]
                                       self.mix.get(k), results.memo_for(self.bundle))
         except ArtifactError:
             raise  # a damaged install is no row's error
@@ -196,22 +191,7 @@ class Evaluated:
             return exc
 
     def predictions(self) -> list[Prediction | WattGPUError]:
-        """Every row's Prediction or error (the numbers read as Python lists once: same float values)."""
-        out: list[Prediction | WattGPUError | None] = list(self.errors)
-        if not self.good:
-            return out  # type: ignore[return-value]
-        memo = results.memo_for(self.bundle)  # domain warnings and workload dicts of repeated specs
-        as_lists = {k: v.tolist() for k, v in self.numbers.items()}
-        row_cols = {k: self.cols[k].tolist() for k in results.ROW_COLUMNS}
-        for k, i in enumerate(self.good):
-            try:
-                out[i] = results.prediction(self.bundle, k, self.triples[i], row_cols, as_lists,
-                                            self.mix.get(k), memo)
-            except ArtifactError:
-                raise
-            except WattGPUError as exc:
-                out[i] = exc
-        return out  # type: ignore[return-value]
+        return [self.prediction(i) for i in range(len(self.triples))]
 
 
 def _check_sequence(triples: Any) -> None:

@@ -251,7 +251,7 @@ def batch_caps(limit: float) -> list[int]:
 
 
 class _Option(NamedTuple):
-    """One batch cap of a row in the SLA search: what the choice reads, and its Prediction on demand."""
+    """A batch cap in the SLA search."""
 
     get: Callable[[], Any]  # the Prediction (or the WattGPUError the row raises)
     row: tuple[Any, Any, Workload]
@@ -265,7 +265,6 @@ class _Option(NamedTuple):
 
 
 def _option_of(p: Any, row: tuple[Any, Any, Workload], strict: bool) -> _Option:
-    """The option of a Prediction (or error) that exists already."""
     if isinstance(p, WattGPUError):
         return _Option(lambda: p, row, False, False, math.nan, math.nan, math.nan, None, math.nan)
     return _Option(lambda: p, row, True, p.overloaded, p.energy_per_token_j, p.itl_s, sla_itl(p, strict)[0], p.ttft_s,
@@ -273,19 +272,16 @@ def _option_of(p: Any, row: tuple[Any, Any, Workload], strict: bool) -> _Option:
 
 
 def _options_of(ev: Any, variants: Sequence[tuple[Any, Any, Workload]], strict: bool) -> list[_Option]:
-    """The options of rows evaluated together (:meth:`Predictor.evaluate_rows`), read from its arrays: a
-    Prediction is built only for the option chosen. With ``strict`` the SLA compares an interval bound, which
-    a Prediction carries (a calibrated bundle scales it per GPU), so each is built."""
+    """Options read from the arrays (``strict`` needs each Prediction's interval)."""
     out = []
     for i, row in enumerate(variants):
-        if strict or ev.errors[i] is not None or ev.value(i, "not_finite"):
+        if strict or ev.errors[i] is not None or ev.numbers["not_finite"][ev.slot[i]]:
             out.append(_option_of(ev.prediction(i), row, strict))
             continue
-        ttft = float(ev.value(i, "ttft_s"))
-        itl = float(ev.value(i, "itl_s"))
-        out.append(_Option(partial(ev.prediction, i), row, True, bool(ev.value(i, "overloaded")),
-                           float(ev.value(i, "energy_per_token_j")), itl, itl, ttft if math.isfinite(ttft) else None,
-                           float(ev.value(i, "max_qps"))))
+        ttft, itl, over, j, qps = (float(ev.numbers[k][ev.slot[i]]) for k in (
+            "ttft_s", "itl_s", "overloaded", "energy_per_token_j", "max_qps"))
+        out.append(_Option(partial(ev.prediction, i), row, True, bool(over), j, itl, itl,
+                           ttft if math.isfinite(ttft) else None, qps))
     return out
 
 
@@ -295,8 +291,7 @@ def search_caps(pred: Any, rows: Sequence[tuple[Any, Any, Workload]], first: Seq
     """Per row: the batch cap meeting the ITL and TTFT SLAs at the lowest energy per token (the largest cap
     within ``ENERGY_TIE`` of it).
 
-    Every row × cap is evaluated in one vectorised pass and chosen on its arrays; a Prediction is built
-    for the chosen cap only. Returns (prediction or error, the row at the chosen cap, exclusion kind or
+    Returns (prediction or error, the row at the chosen cap, exclusion kind or
     None, reason or None). A row is excluded for the SLA only when no cap meets it: "misses SLA even at
     batch 1: …" when batch 1 already misses the ITL, else the best cap's miss; "overloaded" when every cap is."""
     ok = [i for i, r in enumerate(first) if not isinstance(r, WattGPUError)]
@@ -304,7 +299,7 @@ def search_caps(pred: Any, rows: Sequence[tuple[Any, Any, Workload]], first: Seq
     owner: list[int] = []
     variants: list[tuple[Any, Any, Workload]] = []
     by_row: dict[int, list[_Option]] = {}
-    capped: dict[tuple[int, int], Workload] = {}  # one Workload per (workload, cap): rows share it, as specs
+    capped: dict[tuple[int, int], Workload] = {}  # one Workload per (workload, cap)
     for i, f in zip(ok, fit):
         g, m, w = rows[i]
         by_row[i] = [_option_of(first[i], rows[i], strict)]  # the cap asked for is always a choice

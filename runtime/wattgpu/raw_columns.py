@@ -171,8 +171,7 @@ def with_concurrency(cols: Columns, index: np.ndarray, concurrency: np.ndarray, 
 
 
 def row_with_concurrency(c: dict[str, float], concurrency: float, closed_loop: bool) -> dict[str, float]:
-    """:func:`with_concurrency` of ONE row of float columns (the one-row server solve): the same raw
-    columns changed, the same :func:`derive`."""
+    """:func:`with_concurrency` of one row of floats."""
     raw = {k: c[k] for k in RAW_KEYS}
     raw["wl_concurrency"] = concurrency
     if closed_loop:

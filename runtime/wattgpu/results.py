@@ -70,8 +70,9 @@ def core(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.C
     clients = np.where(cols["wl_kind_code"] == CLOSED_LOOP_CODE, cols["wl_concurrency"], np.nan)
     wait = latency.closed_loop_wait(clients, tokens_per_s / cols["wl_output_tokens"], req_s)
     if server_rows:
-        wait[server_rows] = latency.server_wait(cols["wl_qps"][server_rows], cap["max_qps"][server_rows],
-                                                cap["concurrency"][server_rows])
+        wait[server_rows] = [latency.server_wait(*a) for a in zip(cols["wl_qps"][server_rows].tolist(),
+                                                                  cap["max_qps"][server_rows].tolist(),
+                                                                  cap["concurrency"][server_rows].tolist())]
     with np.errstate(divide="ignore", invalid="ignore"):
         numbers.update(latency_numbers(cols, budget, batch, numbers["itl_s"], tokens_per_s,
                                        latency.step_envelope(batch, cap["grid_batch"], cap["grid_itl"]), wait))
@@ -79,8 +80,7 @@ def core(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.C
 
 
 class Capacity(NamedTuple):
-    """What a prediction reads of a row's :func:`capacity.capacity_table`, memoised per (GPU, LLM, engine
-    set-up) in the bundle's :class:`RowMemo` for the vectorised and the one-row path alike."""
+    """What a prediction reads of a row's capacity table."""
 
     max_qps: float
     grid_batch: tuple[float, ...]
@@ -90,16 +90,13 @@ class Capacity(NamedTuple):
 
     @classmethod
     def of(cls, table: Mapping[str, np.ndarray], j: int) -> "Capacity":
-        """Row ``j`` of a :func:`capacity.capacity_table`."""
         return cls(float(table["max_qps"][j]), tuple(table["grid_batch"][j].tolist()),
                    tuple(table["grid_itl"][j].tolist()), float(table["concurrency"][j]), float(table["limit"][j]))
 
 
 def capacities(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.Columns,
                learned: bool) -> dict[str, np.ndarray]:
-    """:class:`Capacity` fields of every row as arrays (``grid_*``: rows × points), plus
-    ``max_concurrency``: memoised set-ups are read back, the others computed by one
-    :func:`capacity.capacity_table` call (row-wise, so the same numbers whichever rows share the call)."""
+    """:class:`Capacity` fields of every row as arrays (+ ``max_concurrency``), memoised per set-up."""
     memo = memo_for(bundle)
     slot_of: dict[tuple[Any, ...], int] = {}
     firsts: list[int] = []
@@ -158,12 +155,8 @@ def finish(power: Any, itl: Any, batch: Any, busy: Any, tokens_per_s: Any, tdp: 
 def served_token_rate(cols: F.Columns, batch: Any, req_s: Any, max_qps: Any) -> Any:
     """Generated tokens/s of ``batch`` busy slots (offline and closed loop), never above capacity.
 
-    Each slot turns out a request's ``output_tokens`` per request time ``req_s``
-    (:func:`capacity.request_s`, the W of Little's law, as for the capacity); the total is
-    capped at ``max_qps × output_tokens``, since the capacity grid may find a batch the engine runs
-    better than ``batch``. Before, ``batch / ITL`` ignored the prefill: one output token per 512-token
-    prompt on an A30 claimed 3× its capacity and 160× its compute peak. Arrays or one row of floats
-    (the scalar path)."""
+    Each slot turns out ``output_tokens`` per request time ``req_s`` (Little's W); capped at
+    ``max_qps × output_tokens``. Arrays or floats."""
     out = cols["wl_output_tokens"]
     return ops.minimum(batch * out / req_s, max_qps * out)
 
@@ -171,9 +164,7 @@ def served_token_rate(cols: F.Columns, batch: Any, req_s: Any, max_qps: Any) -> 
 def utilization(cols: F.Columns, max_qps: Any, batch: Any, req_s: Any) -> Any:
     """Offered load ÷ capacity: server qps / max_qps (above 1: overloaded); offline 1 (saturated by
     definition); closed loop the request rate its clients generate (batch / request time ``req_s``,
-    Little's law) / max_qps, at most 1: a closed loop throttles itself — its clients wait for their
-    answers, so more clients than the GPU serves at once queue instead of overloading it (65,536 clients
-    claimed a utilization of 4.6). Arrays or one row of floats (the scalar path)."""
+    Little's law) / max_qps, at most 1 (a closed loop throttles itself). Arrays or floats."""
     kind = cols["wl_kind_code"]
     loop = ops.minimum(batch / req_s, max_qps)
     # an absurd arrival rate (1e308 req/s) is overloaded, not infinitely so: the ratio stops at MAX_UTILIZATION
@@ -310,18 +301,8 @@ class RowMemo:
         self.warnings[key] = (gpu, llm, base)
         return base
 
-    def capacity(self, row: Row, learned: bool, compute: Callable[[], Any]) -> Any:
-        """The capacity of a row (``max_qps`` and its grid), computed once per (GPU, LLM, engine set-up):
-        what :func:`capacity.capacity_table` keys a capacity on."""
-        key = (learned, capacity._key(row, learned))
-        hit = self.capacity_get(key, row)
-        if hit is None:
-            hit = compute()
-            self.capacity_put(key, row, hit)
-        return hit
-
     def capacity_get(self, key: tuple[Any, ...], row: Row) -> Any:
-        """The capacity memoised under ``key`` for ``row``'s specs, or None."""
+        """The memoised Capacity under ``key``, or None."""
         hit = self.capacities.get(key)
         return hit[2] if hit is not None and hit[0] is row[0] and hit[1] is row[1] else None
 

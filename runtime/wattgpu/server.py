@@ -32,12 +32,11 @@ def server_mix(evaluate: Evaluate, rows: Sequence[Row], cols: F.Columns, learned
     are evaluated as the server workload at concurrency L, exactly as the training rows were
     described, and the learned power is the mean power. At most ``cap`` sequences decode at once;
     a rate beyond ``capacity["max_qps"]`` is overloaded: the GPU runs saturated at the capacity's
-    operating point (see :mod:`wattgpu.capacity`). Rows repeated in ``rows`` (same specs, same workload
-    fields) are solved once. The one-row path (:mod:`wattgpu.single`) solves the same fixed point on floats."""
+    operating point (see :mod:`wattgpu.capacity`). Repeated rows are solved once."""
     first: dict[Any, int] = {}
-    keys = [capacity_mod._key(r, True) for r in rows]  # every input of the solve: specs and all workload fields
+    keys = [capacity_mod._key(r, True) for r in rows]  # specs and every workload field
     where = [first.setdefault(k, i) for i, k in enumerate(keys)]
-    if len(first) < len(rows):  # repeated rows (a CSV, a sweep) are solved once each: the solve is row-wise
+    if len(first) < len(rows):  # repeated rows are solved once
         uniq = np.array(sorted(first.values()), dtype=np.intp)
         solved = server_mix(evaluate, [rows[i] for i in uniq], {k: v[uniq] for k, v in cols.items()}, learned,
                             cap[uniq], {k: v[uniq] for k, v in capacity.items()})
@@ -78,8 +77,7 @@ def server_mix(evaluate: Evaluate, rows: Sequence[Row], cols: F.Columns, learned
 def mix_entry(gpu: GpuSpec, learned: bool, power: float, itl: float, busy: float, busy_power: float,
               conc: float, batch: float, request_s: float, idle: tuple[float, str], converged: bool,
               overloaded: bool, max_qps: float, roofline_itl_s: float) -> dict[str, Any]:
-    """The solved server state of one row, as :func:`results.prediction` and the warnings read it (the
-    vectorised solve and the one-row solve of :mod:`wattgpu.single` build it alike)."""
+    """The solved server state of one row (both paths build it here)."""
     return {"power": power, "itl": itl, "busy": busy, "busy_power": busy_power, "concurrency": conc,
             "batch": batch, "request_s": request_s, "idle_w": None if learned else idle[0],
             "idle_source": None if learned else idle[1], "learned": learned,

@@ -1,16 +1,13 @@
 """One prediction on plain Python floats: the scalar path of :meth:`Predictor.predict`.
 
-numpy spends tens of microseconds on the ~60 ufunc calls of one prediction when every array holds
-one element. This path evaluates the SAME definitions — :func:`features.row_columns` /
+This path evaluates the SAME definitions — :func:`features.row_columns` /
 :func:`features.row_vector` (features and physics via :mod:`ops`), :func:`targets.inverse`,
 :func:`results.finish`, :func:`results.prediction` — on floats, runs each model once on a one-row
 float32 buffer, and so returns the Prediction the vectorised path returns, bit for bit
 (tests/test_scalar_path.py).
 
-Poisson-server rows solve the same Little's-law fixed point on floats
-(:func:`physics.solve_server_concurrency_one`: the vectorised solve's iterates, brackets and bisection,
-step for step, each step one ITL model run on the prebuilt buffer) and build the same server state
-(:func:`server.mix_entry`), so they too equal the vectorised path field for field.
+Poisson-server rows solve the same fixed point (:func:`physics.solve_server_concurrency` on floats,
+one ITL run per step) and build the same :func:`server.mix_entry`.
 
 Rows it does not handle return None and take the vectorised path, so their numbers, warnings and
 errors are the vectorised path's by construction: rows that cannot be predicted (no KV cache, an
@@ -111,7 +108,12 @@ def numbers_one(bundle: ModelBundle, row: Row, memo: RowMemo | None = None
         if not c["fit_sequences"] >= 1:
             return None
         learned = "server" in bundle.schema.domain.get("kinds", ())
-        cap: Capacity = (memo or RowMemo()).capacity(row, learned, lambda: _capacity(bundle, row, c, learned))
+        memo = memo or RowMemo()
+        key = (learned, capacity._key(row, learned))
+        cap: Capacity = memo.capacity_get(key, row)
+        if cap is None:
+            cap = _capacity(bundle, row, c, learned)
+            memo.capacity_put(key, row, cap)
         if wl.kind == "server":
             return _server_numbers(bundle, row, c, learned, cap)
         out = evaluate_one(bundle, c)
@@ -136,8 +138,7 @@ def numbers_one(bundle: ModelBundle, row: Row, memo: RowMemo | None = None
 
 def _server_numbers(bundle: ModelBundle, row: Row, c: dict[str, float], learned: bool,
                     cap: Capacity) -> tuple[dict[str, float], dict[str, Any], dict[str, Any]] | None:
-    """A Poisson-server row on floats: :func:`server.server_mix` and the server lines of
-    :func:`results.core`, step for step (the same fixed point, :func:`physics.solve_server_concurrency_one`)."""
+    """A Poisson-server row on floats (as server_mix and core)."""
     g, _, wl = row
     qps = float(wl.qps)  # type: ignore[arg-type]  # a server workload always has one
 
@@ -154,7 +155,7 @@ def _server_numbers(bundle: ModelBundle, row: Row, c: dict[str, float], learned:
     if over:  # saturated at the capacity's operating point: nothing to solve
         conc, converged = cap.concurrency, True
     else:
-        conc, converged = physics.solve_server_concurrency_one(ops.minimum(qps, cap.max_qps), request_time,
+        conc, converged = physics.solve_server_concurrency(ops.minimum(qps, cap.max_qps), request_time,
                                                                iters=SERVER_FIXED_POINT_ITERS, upper=cap.concurrency)
     cols, res, batch = at(conc, None)  # every model at the solved (or saturated) concurrency
     req_s = capacity.request_s(cols, res[ITL])  # type: ignore[arg-type]
@@ -172,7 +173,7 @@ def _server_numbers(bundle: ModelBundle, row: Row, c: dict[str, float], learned:
     overloaded = util > 1.0 + 1e-9
     numbers.update(max_qps=cap.max_qps, utilization=util if overloaded else ops.minimum(util, 1.0),
                    max_concurrency=ops.maximum(c["fit_sequences"], 0.0), overloaded=overloaded)
-    wait = latency.server_wait_one(c["wl_qps"], cap.max_qps, cap.concurrency)
+    wait = latency.server_wait(c["wl_qps"], cap.max_qps, cap.concurrency)
     numbers.update(latency_numbers(c, latency.prefill_budget(g, wl), batch, itl, rate,
                                    latency.step_envelope_one(batch, cap.grid_batch, cap.grid_itl), wait))
     return c, numbers, mix

@@ -122,12 +122,6 @@ GPU_EXTRA_RANGES: dict[str, tuple[float, float, str]] = {
 }
 
 
-# vLLM's default max_num_batched_tokens (EngineArgs batch defaults of its OpenAI server, vLLM >= 0.8 V1)
-VLLM_BATCHED_TOKENS_LARGE = 8192  # GPUs with >= VLLM_LARGE_GPU_GB GiB that are not A100s
-VLLM_BATCHED_TOKENS_DEFAULT = 2048
-VLLM_LARGE_GPU_GB = 70.0
-
-
 @dataclass(frozen=True)
 class GpuSpec:
     """Spec-sheet numbers of one GPU (per GPU, dense tensor rates, decimal GB/s)."""
@@ -164,20 +158,15 @@ class GpuSpec:
     pcie_lanes: int | None = None
     max_group: int | None = None
     interconnect_source: str | None = None
-    # vLLM's default max_num_batched_tokens on this GPU (the chunked-prefill token budget per engine step);
-    # None: vLLM's own rule (:attr:`default_batched_tokens`)
+    # vLLM default max_num_batched_tokens; None: vLLM rule
     vllm_batched_tokens: int | None = None
 
     @property
     def default_batched_tokens(self) -> int:
-        """Prompt tokens vLLM batches per step by default on this GPU: ``vllm_batched_tokens`` where the
-        catalog (or a user's GPU JSON) records it, else vLLM's rule (EngineArgs defaults of its OpenAI
-        server, V1): ``VLLM_BATCHED_TOKENS_LARGE`` on GPUs with ≥ ``VLLM_LARGE_GPU_GB`` GiB whose CUDA device
-        name is not an A100's (vLLM tests the device name itself), else ``VLLM_BATCHED_TOKENS_DEFAULT``."""
+        """``vllm_batched_tokens``, else vLLM's rule (EngineArgs defaults, V1; it reads the CUDA device name)."""
         if self.vllm_batched_tokens is not None:
             return self.vllm_batched_tokens
-        large = self.memory_size_gb >= VLLM_LARGE_GPU_GB and "a100" not in self.name.lower()
-        return VLLM_BATCHED_TOKENS_LARGE if large else VLLM_BATCHED_TOKENS_DEFAULT
+        return 8192 if self.memory_size_gb >= 70.0 and "a100" not in self.name.lower() else 2048
 
     def __post_init__(self) -> None:
         entity = f"GPU {self.name!r}"

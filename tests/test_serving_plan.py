@@ -111,8 +111,8 @@ def test_erlang_c_known_values() -> None:
     assert latency.erlang_c(1, 0.5) == pytest.approx(0.5)  # M/M/1: P(wait) = rho
     assert latency.erlang_c(2, 1.0) == pytest.approx(1 / 3)
     assert latency.erlang_c(4, 4.0) == 1.0
-    w = latency.server_wait(np.array([1.0, 2.0]), np.array([2.0, 2.0]), np.array([1.0, 1.0]))
-    assert w[0] == pytest.approx(0.5 / (2.0 - 1.0)) and math.isnan(w[1])
+    assert latency.server_wait(1.0, 2.0, 1.0) == pytest.approx(0.5 / (2.0 - 1.0))
+    assert math.isnan(latency.server_wait(2.0, 2.0, 1.0))  # at capacity: unbounded
 
 
 def test_70b_itl_sla_keeps_2xh200_and_1xb300_at_a_smaller_batch_cap() -> None:

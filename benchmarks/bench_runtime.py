@@ -46,9 +46,13 @@ BUDGETS: dict[str, tuple[float, str, str]] = {
     "one_prediction_over_onnx_floor": (2.5, "max", "×"),
     "rank_full_catalog_ms": (1.0, "max", "ms"),
     "rank_server_ms": (3.0, "max", "ms"),
+    "rank_server_sla_ms": (3.0, "max", "ms"),
+    "server_prediction_over_onnx_floor": (5.0, "max", "×"),
     "batch_predictions_per_s_one_core": (100_000.0, "min", "rows/s"),
     "batch_over_onnx_alone_one_core": (0.9, "min", "×"),
     "csv_rows_per_s": (50_000.0, "min", "rows/s"),
+    "csv_10k_rows_per_s": (50_000.0, "min", "rows/s"),
+    "csv_1m_rows_per_s": (50_000.0, "min", "rows/s"),
     "wheel_kb": (300.0, "max", "KB"),
     "installed_package_mb": (2.0, "max", "MB"),
     "xgboost_over_onnx_per_row_single": (5.0, "min", "×"),
@@ -269,6 +273,53 @@ def bench_one_prediction(predictor: Any, llm: str, gpu: str, pairs: list[tuple[s
 
 
 SERVER_WORKLOAD = dict(kind="server", qps=0.5)  # a Poisson server at half a request per second
+SERVER_SLA_ITL_MS = 50.0  # the ITL SLA of the rank figure that searches batch caps
+
+
+def bench_server_prediction(predictor: Any, llm: str, gpu: str, repeats: int, calls: int) -> dict[str, Any]:
+    """One Poisson-server prediction (``Predictor.predict`` with ``SERVER_WORKLOAD``: the Little's-law
+    fixed point, then every model at the solved concurrency), interleaved call by call with the same
+    floor as one prediction (both ONNX models on a prebuilt float32 row). Also without the memo (the
+    capacity grid recomputed before each call)."""
+    import wattgpu
+    from wattgpu.results import memo_for
+
+    wl = wattgpu.Workload(**SERVER_WORKLOAD)
+    predictor.predict(gpu, llm, wl)
+    floor = _onnx_floor(predictor, gpu, llm)
+    floor()
+    memo = memo_for(predictor.bundle)
+    clock = time.perf_counter
+    p50, floors, ratio, fresh = [], [], [], []
+    for _ in range(repeats):
+        ts, fs = [], []
+        for _ in range(calls):
+            t = clock()
+            predictor.predict(gpu, llm, wl)
+            ts.append(clock() - t)
+            t = clock()
+            floor()
+            fs.append(clock() - t)
+        ts.sort()
+        fs.sort()
+        p50.append(percentile(ts, 50) * 1e6)
+        floors.append(percentile(fs, 50) * 1e6)
+        ratio.append(p50[-1] / floors[-1])
+        ts = []
+        for _ in range(max(10, calls // 20)):
+            memo.clear()
+            t = clock()
+            predictor.predict(gpu, llm, wl)
+            ts.append(clock() - t)
+        fresh.append(percentile(sorted(ts), 50) * 1e6)
+    return {"server_prediction_p50_us": summarise(p50), "server_prediction_floor_onnx_p50_us": summarise(floors),
+            "server_prediction_over_onnx_floor": summarise(ratio),
+            "server_prediction_unmemoised_p50_us": summarise(fresh),
+            "_server_prediction": {"workload": SERVER_WORKLOAD, "llm": llm, "gpu": gpu,
+                                   "floor": "both ONNX models on a prebuilt float32 row (session.run), as for one "
+                                            "prediction", "unmemoised": "RowMemo cleared before each call"}}
+
+
 
 
 def bench_rank(predictor: Any, llm: str, repeats: int, calls: int) -> dict[str, Any]:
@@ -276,13 +327,18 @@ def bench_rank(predictor: Any, llm: str, repeats: int, calls: int) -> dict[str, 
     the same (GPU, LLM, workload) rows through ``predict_table`` (numbers only: no objects, no sort)."""
     import wattgpu
 
+    from wattgpu.results import memo_for
+
     n_gpus = len(predictor.catalog.gpus)
     spec = predictor.resolve_llm(llm)
+    memo = memo_for(predictor.bundle)
     out: dict[str, Any] = {}
-    for label, wl in (("rank_full_catalog_ms", wattgpu.Workload()),
-                      ("rank_server_ms", wattgpu.Workload(**SERVER_WORKLOAD))):
+    for label, wl, sla in (("rank_full_catalog_ms", wattgpu.Workload(), None),
+                           ("rank_server_ms", wattgpu.Workload(**SERVER_WORKLOAD), None),
+                           ("rank_server_sla_ms", wattgpu.Workload(**SERVER_WORKLOAD), SERVER_SLA_ITL_MS)):
         rows = [(g, spec, wl) for g in predictor.catalog.gpus]
-        fn: Callable[[], Any] = lambda wl=wl: wattgpu.rank(llm, wl, predictor=predictor)  # noqa: E731
+        fn: Callable[[], Any] = lambda wl=wl, sla=sla: wattgpu.rank(llm, wl, predictor=predictor,  # noqa: E731
+                                                                    max_itl_ms=sla)
         floor: Callable[[], Any] = lambda rows=rows: predictor.predict_table(rows)  # noqa: E731
         fn()
         floor()
@@ -299,11 +355,23 @@ def bench_rank(predictor: Any, llm: str, repeats: int, calls: int) -> dict[str, 
             med.append(statistics.median(ts) * 1e3)
             fl.append(statistics.median(fs) * 1e3)
         base = label[:-3]
+        fresh = []
+        for _ in range(max(3, calls // 4)):  # nothing memoised: every capacity grid recomputed
+            memo.clear()
+            t = time.perf_counter()
+            fn()
+            fresh.append(time.perf_counter() - t)
+        out[f"{base}_unmemoised_ms"] = summarise([statistics.median(fresh) * 1e3])
         out[label] = summarise(med)
         out[f"{base}_floor_predict_table_ms"] = summarise(fl)
         out[f"{base}_over_predict_table"] = summarise([a / b for a, b in zip(med, fl)])
     out["_rank"] = {"how": "wattgpu.rank(llm, workload)", "llm": llm, "gpus": n_gpus,
-                    "server_workload": SERVER_WORKLOAD, "floor": "Predictor.predict_table on the same rows"}
+                    "server_workload": SERVER_WORKLOAD, "floor": "Predictor.predict_table on the same rows",
+                    "rank_server_sla": f"server workload with max_itl_ms={SERVER_SLA_ITL_MS:g}: the batch-cap "
+                                       "search (every power-of-two cap up to the limit, per GPU); its floor is "
+                                       "predict_table on the 52 rows at the asked cap only",
+                    "memo": "capacities are memoised per GPU/LLM/engine set-up across calls (as one prediction's "
+                            "are); *_unmemoised_ms clears the memo before each call"}
     return out
 
 
@@ -429,7 +497,7 @@ print(_peak_rss(), file=sys.stderr)
 """
 
 
-def bench_csv(n_rows: int, repeats: int, env: dict[str, str]) -> dict[str, Any]:
+def bench_csv(n_rows: int, repeats: int, env: dict[str, str], prefix: str = "csv") -> dict[str, Any]:
     """``wattgpu predict --input`` end to end in a child process (rows/s and its peak RSS), beside
     ``predict_table`` on the same rows in this process (the floor). Streaming the CSV is issue 15's;
     this figure is kept so its effect shows here."""
@@ -459,10 +527,10 @@ def bench_csv(n_rows: int, repeats: int, env: dict[str, str]) -> dict[str, Any]:
             t = time.perf_counter()
             predictor.predict_table(rows)
             floors.append(n_rows / (time.perf_counter() - t))
-    return {"csv_rows_per_s": summarise(rates), "csv_floor_predict_table_rows_per_s": summarise(floors),
-            "csv_over_predict_table": summarise([a / b for a, b in zip(rates, floors)]),
-            "csv_peak_rss_mb": summarise(rss),
-            "_csv": {"rows": n_rows, "how": "python -c <runpy wattgpu.cli predict --input in.csv --output out.csv>, "
+    return {f"{prefix}_rows_per_s": summarise(rates), f"{prefix}_floor_predict_table_rows_per_s": summarise(floors),
+            f"{prefix}_over_predict_table": summarise([a / b for a, b in zip(rates, floors)]),
+            f"{prefix}_peak_rss_mb": summarise(rss),
+            f"_{prefix}": {"rows": n_rows, "how": "python -c <runpy wattgpu.cli predict --input in.csv --output out.csv>, "
                      "whole process (start, read, predict, write)", "floor": "Predictor.predict_table, same rows, "
                      "in process", "peak_rss": "VmHWM of the child (Linux; ru_maxrss elsewhere)"}}
 
@@ -767,9 +835,15 @@ TARGETS = [
     ("rank 52 GPUs, offline", "rank_full_catalog_ms", "rank_full_catalog_floor_predict_table_ms",
      "rank_full_catalog_over_predict_table"),
     ("rank 52 GPUs, server", "rank_server_ms", "rank_server_floor_predict_table_ms", "rank_server_over_predict_table"),
+    ("rank server, ITL SLA + caps", "rank_server_sla_ms", "rank_server_sla_floor_predict_table_ms",
+     "rank_server_sla_over_predict_table"),
+    ("server prediction p50", "server_prediction_p50_us", "server_prediction_floor_onnx_p50_us",
+     "server_prediction_over_onnx_floor"),
     ("predict_table, one core", "batch_predictions_per_s_one_core", "batch_floor_onnx_alone_per_s_one_core",
      "batch_over_onnx_alone_one_core"),
     ("CSV CLI end to end", "csv_rows_per_s", "csv_floor_predict_table_rows_per_s", "csv_over_predict_table"),
+    ("CSV CLI, 10k rows", "csv_10k_rows_per_s", "csv_10k_floor_predict_table_rows_per_s", "csv_10k_over_predict_table"),
+    ("CSV CLI, 1M rows", "csv_1m_rows_per_s", "csv_1m_floor_predict_table_rows_per_s", "csv_1m_over_predict_table"),
 ]
 
 
@@ -802,6 +876,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-rows", type=int, default=None, help="rows in the batch figure (default 100000)")
     ap.add_argument("--installed", action="store_true",
                     help="measure the installed wattgpu instead of the source tree beside this script")
+    ap.add_argument("--csv-1m", action="store_true",
+                    help="also time the CSV CLI on 1,000,000 rows (one repeat; minutes at today's speed)")
     ap.add_argument("--_batch-worker", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     _ensure_importable(args.installed)
@@ -841,7 +917,8 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg() if hasattr(os, "getloadavg") else None
     figures.update(bench_cold_start(cold_repeats, llm, gpu, env))
     figures.update(bench_one_prediction(predictor, llm, gpu, pairs, repeats, calls))
-    figures.update(bench_rank(predictor, llm, repeats, max(20, calls // 20)))
+    figures.update(bench_server_prediction(predictor, llm, gpu, repeats, max(50, calls // 5)))
+    figures.update(bench_rank(predictor, llm, repeats, max(5, calls // 60)))
     in_proc = bench_batch(n_rows, repeats)
     one_core = bench_batch_one_core(n_rows, repeats, env)
     figures["batch_predictions_per_s_one_core"] = summarise(one_core["rates"])
@@ -863,7 +940,11 @@ def main(argv: list[str] | None = None) -> int:
                                      + (", pinned to one CPU" if one_core.get("pinned_to_one_cpu") else "")
                                      + "; onnxruntime intra/inter-op threads = 1 (as the predictor sets)",
                          "in_process": "this process, default thread environment"}
-    figures.update(bench_csv(2_000 if args.quick else 50_000, min(repeats, 3), env))
+    figures.update(bench_csv(10_000, min(repeats, 3), env, prefix="csv_10k"))
+    if not args.quick:
+        figures.update(bench_csv(50_000, min(repeats, 3), env))
+    if args.csv_1m:
+        figures.update(bench_csv(1_000_000, 1, env, prefix="csv_1m"))
     figures.update(bench_graph_forms(predictor, min(n_rows, 20_000), repeats, max(50, calls // 10)))
     figures.update(bench_sizes())
     figures.update(bench_vs_xgboost(predictor, min(n_rows, 20_000), repeats, max(50, calls // 10)))
@@ -877,6 +958,9 @@ def main(argv: list[str] | None = None) -> int:
         "one_prediction_over_onnx_floor": (lambda: predictor.predict(gpu, llm), 2000),
         "rank_full_catalog_ms": (lambda: wattgpu.rank(llm, predictor=predictor), 100),
         "rank_server_ms": (lambda: wattgpu.rank(llm, server_wl, predictor=predictor), 10),
+        "rank_server_sla_ms": (lambda: wattgpu.rank(llm, server_wl, predictor=predictor,
+                                                    max_itl_ms=SERVER_SLA_ITL_MS), 3),
+        "server_prediction_over_onnx_floor": (lambda: predictor.predict(gpu, llm, server_wl), 200),
         "batch_predictions_per_s_one_core": (lambda: predictor.predict_table(table_rows), 1),
         "batch_over_onnx_alone_one_core": (lambda: predictor.predict_table(table_rows), 1),
     }

@@ -91,7 +91,7 @@ def test_model_inputs_outputs_and_predictions_are_bit_identical(pred: Predictor,
     for k, i in enumerate(ok):
         got = single.numbers_one(pred.bundle, sub[i])
         assert got is not None, f"row {i} fell back to the vectorised path"
-        c, nums = got
+        c, nums, _ = got
         for target, m in pred.schema.models.items():
             x = np.array([F.row_vector(m.feature_names, c)], dtype=np.float32)
             if x.tobytes() != X[target][k:k + 1].tobytes():
@@ -112,16 +112,40 @@ def test_rows_the_scalar_path_does_not_handle_fall_back_with_identical_results(p
     small = min(cat.gpus, key=lambda g: g.memory_size_gb)
     big_llm = max(cat.llms, key=lambda m: m.total_params_b)
     llm = cat.llm("meta-llama/Llama-3.1-8B-Instruct")
-    server = Workload(kind="server", qps=0.5)
     assert single.predict_one(pred.bundle, (small, big_llm, Workload())) is None  # does not fit
-    assert single.predict_one(pred.bundle, (small, llm, server)) is None  # Poisson fixed point
-    for g, m, w in [(small, big_llm, Workload()), (cat.gpus[0], llm, server)]:
+    for g, m, w in [(small, big_llm, Workload()), (small, big_llm, Workload(kind="server", qps=0.5))]:
         a = pred.predict_specs_safe([(g, m, w)])[0]
         try:
             b = pred.predict(g, m, w)
         except Exception as exc:  # noqa: BLE001 - the same error either way
             b = exc
         assert type(a) is type(b) and str(a) == str(b)
+
+
+SERVER_WORKLOADS = [Workload(kind="server", qps=q) for q in (0.017, 0.33, 2.0, 8.0, 40.0, 1e4)] + [
+    Workload(kind="server", qps=1.0, max_batch=8, tp=2, input_tokens=2048, output_tokens=128),
+    Workload(kind="server", qps=0.2, engine="hf_transformers", max_batch=4),
+]
+
+
+def test_server_rows_on_the_scalar_path_equal_the_vectorised_path(pred: Predictor) -> None:
+    """Poisson-server rows: the one-row solve (physics.solve_server_concurrency_one on floats) returns the
+    Prediction the vectorised fixed point returns, field for field, below, near and beyond capacity."""
+    cat = pred.catalog
+    llms = [m for m in cat.llms if m.total_params_b < 80][::3]
+    rows = [(g, m, w) for g in cat.gpus for m in llms for w in SERVER_WORKLOADS]
+    want = pred.predict_specs_safe(rows)
+    scalar = bad = overloaded = 0
+    for row, w in zip(rows, want):
+        got = single.predict_one(pred.bundle, row)
+        if got is None:
+            assert isinstance(w, Exception), f"{row[0].name} {row[1].name}: fell back without an error"
+            continue
+        scalar += 1
+        overloaded += got.overloaded
+        bad += got != w
+        assert bad < 5, f"{row[0].name} {row[1].name} {row[2]}:\n  {got}\n  {w}"
+    assert bad == 0 and scalar > 1000 and 100 < overloaded < scalar
 
 
 def test_predict_takes_the_scalar_path_and_equals_predict_specs(pred: Predictor, monkeypatch) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 
-import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -90,12 +89,29 @@ def test_prefill_budget_follows_vllm_defaults(pred: Predictor) -> None:
     assert long.ttft_breakdown["prefill_steps"] == 4
 
 
+def test_prefill_budget_is_a_gpu_trait_a_spec_can_set(pred: Predictor) -> None:
+    """The budget is read from the GPU spec (``vllm_batched_tokens``, else vLLM's rule), not from its name
+    in the serving code: a GPU JSON that records the figure gets it, a bad figure is refused by name."""
+    from dataclasses import replace
+
+    from wattgpu.errors import SpecValidationError
+
+    h100 = pred.catalog.gpu("NVIDIA H100 SXM5 80GB")
+    assert h100.vllm_batched_tokens is None and h100.default_batched_tokens == 8192
+    own = replace(h100, name="my H100", vllm_batched_tokens=4096)
+    assert latency.prefill_budget(own, Workload()) == 4096
+    assert latency.prefill_budget(own, Workload(max_batch=8192)) == 8192
+    assert pred.predict(own, LLM).ttft_breakdown["prefill_budget_tokens"] == 4096
+    with pytest.raises(SpecValidationError, match="vllm_batched_tokens"):
+        replace(h100, vllm_batched_tokens=0)
+
+
 def test_erlang_c_known_values() -> None:
     assert latency.erlang_c(1, 0.5) == pytest.approx(0.5)  # M/M/1: P(wait) = rho
     assert latency.erlang_c(2, 1.0) == pytest.approx(1 / 3)
     assert latency.erlang_c(4, 4.0) == 1.0
-    w = latency.server_wait(np.array([1.0, 2.0]), np.array([2.0, 2.0]), np.array([1.0, 1.0]))
-    assert w[0] == pytest.approx(0.5 / (2.0 - 1.0)) and math.isnan(w[1])
+    assert latency.server_wait(1.0, 2.0, 1.0) == pytest.approx(0.5 / (2.0 - 1.0))
+    assert math.isnan(latency.server_wait(2.0, 2.0, 1.0))  # at capacity: unbounded
 
 
 def test_70b_itl_sla_keeps_2xh200_and_1xb300_at_a_smaller_batch_cap() -> None:

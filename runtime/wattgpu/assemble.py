@@ -8,6 +8,7 @@ import numpy as np
 from . import features as F
 from . import ops
 from .bundle import ModelBundle
+from .calibration import of as calibration_of
 from .specs import GpuSpec, LlmSpec
 from .targets import inverse
 from .workload import KINDS, Workload
@@ -39,9 +40,7 @@ def steady(cols: Any) -> Any:
     gives the same power and ITL whatever the workload kind is called (the capacity grid and the server
     mix already evaluate a running batch this way). Arrays (a shallow copy) or one row of floats.
 
-    Applied where models are evaluated (:func:`evaluate`, ``single.evaluate_one``), and only for a model that
-    reads the kind: the shipped models no longer do (issue 32: the power model dropped it, which also scored
-    better under LOGO); a bundle fitted before that still gets the rule.
+    Applied where models are evaluated, only for a model that reads the kind (older bundles; issue 32).
     """
     out = dict(cols)
     out[KIND] = ops.where(cols[KIND] == _OFFLINE_CODE, _CLOSED_LOOP_CODE, cols[KIND])
@@ -64,10 +63,23 @@ def evaluate(bundle: ModelBundle, cols: F.Columns, targets: Sequence[str] | None
         X = matrices.get(names)
         if X is None:
             X = matrices[names] = F.matrix(names, steady(cols) if KIND in names else cols)
-        learned = bundle.session(target).run(None, {m.input_name: X})[0].reshape(-1)
+        learned = run_distinct(bundle.session(target), m.input_name, X)
         res[target] = inverse(m.transform, learned.astype(np.float64), cols)
     if bundle.schema.calibration is not None:  # a `wattgpu calibrate` bundle: its bounded correction
-        from .calibration import of
-
-        res = of(bundle).apply(res, cols)  # type: ignore[union-attr]
+        res = calibration_of(bundle).apply(res, cols)  # type: ignore[union-attr]
     return res
+
+
+DISTINCT_MIN_ROWS = 64  # smaller inputs run as they are
+
+
+def run_distinct(session: Any, input_name: str, X: np.ndarray) -> np.ndarray:
+    """The model's output per row of ``X``, each distinct row (by its bytes) evaluated once."""
+    n = X.shape[0]
+    if n >= DISTINCT_MIN_ROWS:
+        Xc = np.ascontiguousarray(X)
+        keys = Xc.view(np.dtype((np.void, Xc.dtype.itemsize * Xc.shape[1]))).ravel()
+        _, first, back = np.unique(keys, return_index=True, return_inverse=True)
+        if len(first) <= 0.8 * n:
+            return np.asarray(session.run(None, {input_name: Xc[first]})[0]).reshape(-1)[back.reshape(-1)]
+    return np.asarray(session.run(None, {input_name: X})[0]).reshape(-1)

@@ -12,9 +12,7 @@ evaluated on a grid of batch sizes — 1, the six largest powers of two up to ``
 learned ITL that is not monotone in the batch cannot inflate the capacity beyond a batch the engine
 can actually run.
 
-The same grid bounds the ITL from above (:func:`sub_batch_itl`): an engine holding ``B`` sequences can
-always decode them as ``B/b`` sub-batches of ``b``, so its throughput at ``B`` is at least its best
-throughput at any smaller batch ``b`` — more load never means less work, whatever the trees learned.
+The same grid bounds the ITL from above (:func:`sub_batch_itl`).
 
 Beyond capacity the queue grows without bound: the GPU runs saturated at the capacity's batch, its
 throughput stays at ``max_qps × output_tokens`` and the prediction says so (``overloaded``).
@@ -28,7 +26,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from . import features as F
-from . import physics
+from . import ops, physics
 
 GRID_POINTS = 8  # batch sizes evaluated per engine set-up: the batch limit and the powers of two below it
 WORKLOAD_MAX_CONCURRENCY = 65536.0  # Workload.concurrency's upper bound
@@ -54,6 +52,13 @@ def request_s(cols: F.Columns, itl: Any) -> Any:
     return prefill_s(cols) + cols["wl_output_tokens"] * itl
 
 
+def load_point(conc: Any, cap: Any, learned: bool) -> tuple[Any, Any]:
+    """(busy batch, concurrency the models see) at mean concurrency ``conc``, ``cap`` slots."""
+    cap = ops.minimum(cap, WORKLOAD_MAX_CONCURRENCY)
+    batch = ops.minimum(physics.busy_batch(conc), cap)
+    return batch, (ops.clip(ops.minimum(conc, cap), 1e-3, WORKLOAD_MAX_CONCURRENCY) if learned else batch)
+
+
 def request_time(evaluate: Callable[..., dict[str, np.ndarray]], cols: F.Columns, index: np.ndarray,
                  conc: np.ndarray, cap: np.ndarray, learned: bool,
                  targets: Sequence[str] | None = None) -> dict[str, Any]:
@@ -64,10 +69,7 @@ def request_time(evaluate: Callable[..., dict[str, np.ndarray]], cols: F.Columns
     (zero-truncated Poisson mean, capped at ``cap``); with them (``learned``), as the server workload
     at concurrency ``conc`` (capped). Returns ``request_s``, the model outputs ``res`` and ``batch``.
     """
-    conc = np.asarray(conc, dtype=np.float64)
-    cap = np.minimum(np.asarray(cap, dtype=np.float64), WORKLOAD_MAX_CONCURRENCY)
-    batch = np.minimum(physics.busy_batch(conc), cap)
-    level = np.clip(np.minimum(conc, cap), 1e-3, WORKLOAD_MAX_CONCURRENCY) if learned else batch
+    batch, level = load_point(np.asarray(conc, dtype=np.float64), np.asarray(cap, dtype=np.float64), learned)
     at = F.with_concurrency(cols, index, level, closed_loop=not learned)
     res = evaluate(at) if targets is None else evaluate(at, targets)  # only ``targets`` (ITL suffices for W)
     return {"res": res, "batch": at["eff_batch"] if learned else batch, "roofline_itl_s": at["roofline_itl_s"],
@@ -159,3 +161,18 @@ def overload_message(qps: float, max_qps: float, sla: bool = False) -> str:
     """The one-line overload state: what the load needs and what the GPU sustains."""
     within = " within the ITL SLA" if sla else ""
     return f"overloaded: needs {qps:.4g} req/s, sustains at most {max_qps:.4g} req/s{within}"
+
+
+def itl_miss(itl_s: float, max_itl_ms: float) -> str:
+    """The ITL part of an SLA miss, in words: ``ITL 62.0 ms > 50 ms``."""
+    return f"ITL {itl_s * 1e3:.1f} ms > {max_itl_ms:g} ms"
+
+
+def sla_miss(itl_s: float, ttft_s: float | None, max_itl_ms: float | None, max_ttft_ms: float | None) -> str | None:
+    """Which SLA is missed, in words (ITL first; TTFT None = unbounded), or None."""
+    if max_itl_ms is not None and itl_s * 1e3 > max_itl_ms:
+        return itl_miss(itl_s, max_itl_ms)
+    if max_ttft_ms is not None and (ttft_s is None or ttft_s * 1e3 > max_ttft_ms):
+        shown = "unbounded" if ttft_s is None else f"{ttft_s * 1e3:.1f} ms"
+        return f"TTFT {shown} > {max_ttft_ms:g} ms"
+    return None

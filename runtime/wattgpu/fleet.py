@@ -99,8 +99,8 @@ def plan(predictor: Any, llm: LlmSpec, gpus: Sequence[GpuSpec], wl: Workload, re
         for j, i in enumerate(ok):
             c = float(cap["max_qps"][j])
             if c <= 0 or not math.isfinite(c):
-                why[i] = (f"misses SLA even at batch 1: ITL {cap['itl_s'][j] * sla.itl_scale * 1e3:.1f} ms > "
-                          f"{sla.max_itl_s * 1e3:g} ms")  # type: ignore[operator]
+                why[i] = ("misses SLA even at batch 1: "
+                          + capacity.itl_miss(float(cap["itl_s"][j]) * sla.itl_scale, sla.max_itl_s * 1e3))  # type: ignore[operator]
             else:
                 n[i] = min(max(1, math.ceil(total / (c * sla.max_utilization) * (1 - 1e-12))), MAX_REPLICAS)
         # the capacity grid is coarse (powers of two), so its count can be high: step down while one replica
@@ -145,11 +145,10 @@ def plan(predictor: Any, llm: LlmSpec, gpus: Sequence[GpuSpec], wl: Workload, re
 def _miss(p: Prediction, sla: Sla, headroom: bool) -> str | None:
     if p.overloaded:
         return capacity.overload_message(float(p.workload["qps"]), float(p.max_qps or 0.0)) + " per replica"
-    if sla.max_itl_s is not None and p.itl_s * sla.itl_scale > sla.max_itl_s:
-        return f"misses SLA per replica: ITL {p.itl_s * sla.itl_scale * 1e3:.1f} ms > {sla.max_itl_s * 1e3:g} ms"
-    if sla.max_ttft_s is not None and (p.ttft_s is None or p.ttft_s > sla.max_ttft_s):
-        shown = "unbounded" if p.ttft_s is None else f"{p.ttft_s * 1e3:.1f} ms"
-        return f"misses SLA per replica: TTFT {shown} > {sla.max_ttft_s * 1e3:g} ms"
+    miss = capacity.sla_miss(p.itl_s * sla.itl_scale, p.ttft_s, None if sla.max_itl_s is None else sla.max_itl_s * 1e3,
+                             None if sla.max_ttft_s is None else sla.max_ttft_s * 1e3)
+    if miss is not None:
+        return f"misses SLA per replica: {miss}"
     if headroom and (p.utilization or 0.0) > sla.max_utilization * (1 + 1e-9):
         return f"utilization {p.utilization:.0%} per replica above the {sla.max_utilization:.0%} target"
     return None

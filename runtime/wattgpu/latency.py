@@ -38,20 +38,14 @@ from . import capacity, ops, parallel, physics
 # Share of the dense tensor peak a prefill reaches: large GEMMs run at 50–70 % of peak in vLLM/TensorRT
 # kernels, attention and norms lower; a round a-priori figure, not fitted on the TTFT rows.
 PREFILL_EFFICIENCY = 0.5
-# vLLM's default max_num_batched_tokens for its OpenAI server (EngineArgs batch defaults, vLLM >= 0.8 V1):
-# 8192 on GPUs with >= 70 GiB that are not A100s, 2048 on the rest; never below max_num_seqs (vLLM refuses
-# a budget smaller than the batch cap).
-BUDGET_LARGE_GPU = 8192
-BUDGET_DEFAULT = 2048
-LARGE_GPU_GB = 70.0
 MAX_PREFILL_RHO = 0.95  # the prefill queue's load is capped here (beyond it the chunk budget is the bottleneck)
 
 
 def prefill_budget(gpu: Any, wl: Any) -> float:
-    """Prompt tokens the engine batches per step: vLLM's default ``max_num_batched_tokens`` for ``gpu``
-    (8192 on >= 70 GiB GPUs other than A100s, else 2048), at least the batch cap ``wl.max_batch``."""
-    large = gpu.memory_size_gb >= LARGE_GPU_GB and "a100" not in gpu.name.lower()
-    return float(max(BUDGET_LARGE_GPU if large else BUDGET_DEFAULT, wl.max_batch))
+    """Prompt tokens the engine batches per step: vLLM's default ``max_num_batched_tokens`` on ``gpu`` (its
+    catalog trait :attr:`GpuSpec.default_batched_tokens`), never below the batch cap ``wl.max_batch`` (vLLM
+    refuses a budget smaller than max_num_seqs)."""
+    return float(max(gpu.default_batched_tokens, wl.max_batch))
 
 
 def step_envelope(batch: np.ndarray, grid_batch: np.ndarray, grid_itl: np.ndarray) -> np.ndarray:
@@ -124,16 +118,13 @@ def erlang_c(servers: int, offered: float) -> float:
     return b / (1.0 - rho * (1.0 - b))
 
 
-def server_wait(qps: np.ndarray, max_qps: np.ndarray, slots: np.ndarray) -> np.ndarray:
-    """Mean wait (s) for a batch slot of a Poisson server: M/M/c with c = ``slots`` (the capacity's
-    operating batch) and service time c / ``max_qps``: C(c, a) / (max_qps − qps); NaN at or beyond capacity."""
-    out = np.full(len(qps), math.nan)
-    for k, (lam, mu, c) in enumerate(zip(qps.tolist(), max_qps.tolist(), slots.tolist())):
-        if not (lam < mu and math.isfinite(mu) and c >= 1):
-            continue
-        n = max(1, int(round(c)))
-        out[k] = erlang_c(n, n * lam / mu) / (mu - lam)
-    return out
+def server_wait(qps: float, max_qps: float, slots: float) -> float:
+    """Mean wait (s) for a batch slot of a Poisson server: M/M/c, c = ``slots``, service time c / ``max_qps``:
+    C(c, a) / (max_qps − qps); NaN at or beyond capacity."""
+    if not (qps < max_qps and math.isfinite(max_qps) and slots >= 1):
+        return math.nan
+    n = max(1, int(round(slots)))
+    return erlang_c(n, n * qps / max_qps) / (max_qps - qps)
 
 
 def e2e_latency(ttft_s: Any, itl_s: Any, output_tokens: Any) -> Any:

@@ -69,11 +69,15 @@ def _pow(a: float, b: float) -> float:
         return _NAN
 
 
+# up to this size fn runs on every element (same bits; cheaper than np.unique), beyond on distinct values
+_DIRECT = 256
+
+
 def _unary(fn: Callable[[float], float], x: Any) -> np.ndarray:
     """``fn`` on every element of ``x`` (float64), evaluated once per distinct bit pattern."""
     arr = np.asarray(x, dtype=np.float64)
-    if arr.size == 0:
-        return arr.copy()
+    if arr.size <= _DIRECT:
+        return np.fromiter(map(fn, arr.ravel().tolist()), dtype=np.float64, count=arr.size).reshape(arr.shape)
     bits, inv = np.unique(np.ascontiguousarray(arr).ravel().view(np.int64), return_inverse=True)  # by bits: -0.0 != 0.0
     vals = np.fromiter((fn(v) for v in bits.view(np.float64).tolist()), dtype=np.float64, count=bits.size)
     return vals[inv.reshape(-1)].reshape(arr.shape)
@@ -82,8 +86,9 @@ def _unary(fn: Callable[[float], float], x: Any) -> np.ndarray:
 def _binary(fn: Callable[[float, float], float], a: Any, b: Any) -> np.ndarray:
     """``fn`` on every broadcast pair of ``a`` and ``b`` (float64), evaluated once per distinct pair."""
     x, y = np.broadcast_arrays(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64))
-    if x.size == 0:
-        return np.empty(x.shape, dtype=np.float64)
+    if x.size <= _DIRECT:
+        return np.fromiter(map(fn, x.ravel().tolist(), y.ravel().tolist()), dtype=np.float64,
+                           count=x.size).reshape(x.shape)
     pairs = np.stack([x.ravel(), y.ravel()], axis=1).view(np.int64)  # by bits: -0.0 != 0.0
     bits, inv = np.unique(pairs, axis=0, return_inverse=True)
     vals = np.fromiter((fn(p, q) for p, q in bits.view(np.float64).tolist()), dtype=np.float64, count=len(bits))

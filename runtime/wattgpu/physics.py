@@ -180,10 +180,9 @@ def server_power_mix(idle_w: np.ndarray, busy_power_w: np.ndarray, concurrency: 
     return idle + busy_fraction(concurrency) * ops.maximum(ops.asarray(busy_power_w) - idle, 0.0)
 
 
-def solve_server_concurrency(qps: np.ndarray, request_time_s: Callable[..., np.ndarray], iters: int = 60,
+def solve_server_concurrency(qps: Any, request_time_s: Callable[..., Any], iters: int = 60,
                              rtol: float = 1e-6, damping: float = 0.5, active_rows: bool = False,
-                             upper: np.ndarray | None = None,
-                             bisect_iters: int = 60) -> tuple[np.ndarray, np.ndarray]:
+                             upper: Any = None, bisect_iters: int = 60) -> tuple[Any, Any]:
     """Fixed point L = λ · T(L) of Little's law, where the per-request time T depends on the batch.
 
     ``request_time_s(L)`` maps an array of concurrencies to per-request times (prefill + output tokens ×
@@ -203,58 +202,80 @@ def solve_server_concurrency(qps: np.ndarray, request_time_s: Callable[..., np.n
 
     With ``active_rows`` it is called as ``request_time_s(L[idx], idx)`` for the rows ``idx`` not yet
     converged only (T is row-wise, so the result is the same; converged rows cost nothing).
+
+    ``qps`` a float: one row on floats (the one-row path), the same steps.
     """
-    qps = np.asarray(qps, dtype=np.float64)
-    everyone = np.arange(qps.size)
+    not_ = ops.logical_not
+    start: Any
+    lo: Any
+    hi: Any
+    done: Any
+    if isinstance(qps, float):
+        def times(conc: Any, skip: Any) -> Any:
+            return math.nan if skip else request_time_s(conc)
 
-    def times(conc: np.ndarray, done: np.ndarray) -> np.ndarray:
-        if not active_rows:
-            return request_time_s(conc)
-        idx = everyone[~done]
-        out = np.full(qps.shape, np.nan)
-        out[idx] = request_time_s(conc[idx], idx)
-        return out
+        start, lo, done = 1.0, 0.0, False
+        hi = math.inf if upper is None else float(upper)
+    else:
+        qps = np.asarray(qps, dtype=np.float64)
+        everyone = np.arange(qps.size)
 
-    done = np.zeros(qps.shape, dtype=bool)
-    lo = np.zeros(qps.shape)  # g(lo) < 0 (g(0) = −λ·T(0) < 0)
-    hi = np.full(qps.shape, np.inf) if upper is None else np.asarray(upper, dtype=np.float64).copy()
+        def times(conc: Any, skip: Any) -> Any:
+            if not active_rows:
+                return request_time_s(conc)
+            idx = everyone[not_(skip)]
+            out = np.full(qps.shape, np.nan)
+            out[idx] = request_time_s(conc[idx], idx)
+            return out
 
-    def bracket(at: np.ndarray, new: np.ndarray, rows: np.ndarray) -> None:
-        """Narrow [lo, hi] with one evaluation: new = λ·T(at) (g(at) = at − new)."""
+        start, lo, done = np.ones_like(qps), np.zeros(qps.shape), np.zeros(qps.shape, dtype=bool)
+        hi = np.full(qps.shape, np.inf) if upper is None else np.asarray(upper, dtype=np.float64).copy()
+
+    def bracket(at: Any, new: Any, rows: Any) -> None:
+        """Narrow [lo, hi]: new = λ·T(at), g(at) = at − new, g(lo) < 0."""
+        nonlocal lo, hi
         with np.errstate(invalid="ignore"):
             below = rows & (new > at)
             above = rows & (new <= at)
-        np.copyto(lo, np.maximum(lo, at), where=below & (at < hi))
-        np.copyto(hi, np.minimum(hi, at), where=above & (at > lo))
+        lo = ops.where(below & (at < hi), ops.maximum(lo, at), lo)
+        hi = ops.where(above & (at > lo), ops.minimum(hi, at), hi)
 
-    conc = littles_law_concurrency(qps, times(np.ones_like(qps), done))
-    bracket(np.ones_like(qps), conc, ~done)
+    conc = littles_law_concurrency(qps, times(start, done))
+    bracket(start, conc, not_(done))
     for _ in range(iters):
         new = littles_law_concurrency(qps, times(conc, done))
-        bracket(conc, new, ~done)
+        bracket(conc, new, not_(done))
         with np.errstate(invalid="ignore"):
-            now = ~done & np.isclose(new, conc, rtol=rtol, atol=1e-9)
-        conc = np.where(now, new, np.where(done, conc, (1.0 - damping) * conc + damping * new))
-        done |= now
-        if done.all():
+            now = not_(done) & _close(new, conc, rtol)
+        conc = ops.where(now, new, ops.where(done, conc, (1.0 - damping) * conc + damping * new))
+        done = done | now
+        if np.all(done):
             break
-    if upper is not None and done.any():
+    if upper is not None and np.any(done):
         # an iterate within rtol of its successor may still sit below the line (T can step between the two):
         # check L ≥ λ·T(L) where the answer is read, and bisect the rows that miss it
-        new = littles_law_concurrency(qps, times(conc, ~done))
+        new = littles_law_concurrency(qps, times(conc, not_(done)))
         bracket(conc, new, done)
         with np.errstate(invalid="ignore"):
-            done &= ~(new > conc * (1.0 + 4.0 * rtol))  # a step in T, not the iteration's own tolerance
-    todo = ~done & np.isfinite(hi) & (hi > lo)
-    for _ in range(bisect_iters if todo.any() else 0):
+            done = done & not_(new > conc * (1.0 + 4.0 * rtol))
+    todo = not_(done) & ops.isfinite(hi) & (hi > lo)
+    for _ in range(bisect_iters if np.any(todo) else 0):
         mid = 0.5 * (lo + hi)
-        new = littles_law_concurrency(qps, times(mid, ~todo))
+        new = littles_law_concurrency(qps, times(mid, not_(todo)))
         bracket(mid, new, todo)
-        todo &= (hi - lo) > rtol * hi
-        if not todo.any():
+        todo = todo & ((hi - lo) > rtol * hi)
+        if not np.any(todo):
             break
-    solved = ~done & np.isfinite(hi) & ((hi - lo) <= rtol * hi)
+    solved = not_(done) & ops.isfinite(hi) & ((hi - lo) <= rtol * hi)
+    if isinstance(qps, float):
+        return float(hi if solved else conc), bool(done or solved)
     return np.where(solved, hi, conc), done | solved
+
+
+def _close(a: Any, b: Any, rtol: float) -> Any:
+    if isinstance(a, float):
+        return a == b if math.isinf(a) or math.isinf(b) else abs(a - b) <= 1e-9 + rtol * abs(b)
+    return np.isclose(a, b, rtol=rtol, atol=1e-9)
 
 
 # ---- busy power from the roofline duty cycle (target transform of the power model)

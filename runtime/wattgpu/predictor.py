@@ -35,7 +35,7 @@ from .workload import Workload
 
 interval_factors = parse_interval_factors  # 0.1 name; training's calibrate.interval_factors computes them
 
-__all__ = ["Predictor", "default_predictor", "TABLE_FIELDS", "NO_KV_CACHE", "IDLE_FRACTION_OF_TDP",
+__all__ = ["Predictor", "Evaluated", "default_predictor", "TABLE_FIELDS", "NO_KV_CACHE", "IDLE_FRACTION_OF_TDP",
            "idle_power", "interval_factors", "domain_warnings", "context_warnings"]
 
 
@@ -118,29 +118,20 @@ class Predictor:
         """Like :meth:`predict_specs`, but one entry per row: a Prediction, or the WattGPUError that row
         raises (does not fit, unsupported architecture, non-finite result). Good rows are still evaluated
         together in one onnxruntime call per model."""
+        return self.evaluate_rows(triples).predictions()
+
+    def evaluate_rows(self, triples: Sequence[Row]) -> "Evaluated":
+        """Every row's numbers in one vectorised pass; Predictions built on demand (:class:`Evaluated`)."""
         _check_sequence(triples)
         if not triples:
-            return []
+            return Evaluated(self.bundle, triples, [], [], {}, {}, {})
         errors, all_cols = checks.row_errors(triples)
-        out: list[Prediction | WattGPUError | None] = list(errors)
-        good = [i for i, r in enumerate(out) if r is None]
+        good = [i for i, r in enumerate(errors) if r is None]
         if not good:
-            return out  # type: ignore[return-value]
-        sub = [triples[i] for i in good]
+            return Evaluated(self.bundle, triples, list(errors), [], {}, {}, {})
         cols = assemble.take(all_cols, good, len(triples))
-        numbers, mix = results.core(self.bundle, self._evaluate, sub, cols)
-        memo = results.memo_for(self.bundle)  # domain warnings and workload dicts of repeated specs
-        # Python lists: row reads are list indexing, not numpy scalar boxing (same float values)
-        as_lists = {k: v.tolist() for k, v in numbers.items()}
-        row_cols = {k: cols[k].tolist() for k in results.ROW_COLUMNS}
-        for k, i in enumerate(good):
-            try:
-                out[i] = results.prediction(self.bundle, k, sub[k], row_cols, as_lists, mix.get(k), memo)
-            except ArtifactError:
-                raise  # a damaged install is no row's error
-            except WattGPUError as exc:
-                out[i] = exc
-        return out  # type: ignore[return-value]
+        numbers, mix = results.core(self.bundle, self._evaluate, [triples[i] for i in good], cols)
+        return Evaluated(self.bundle, triples, list(errors), good, cols, numbers, mix)
 
     def predict_table(self, triples: Sequence[Row]) -> dict[str, Any]:
         """Array form of :meth:`predict_specs_safe` for large sweeps: no per-row objects or warnings.
@@ -172,6 +163,35 @@ class Predictor:
         _check_sequence(triples)
         checks.check_row_types(triples)
         return assemble.feature_vectors(self.bundle, triples)
+
+
+class Evaluated:
+    """Rows evaluated together: errors, numbers (row ``i`` at ``slot[i]``), Predictions on demand."""
+
+    def __init__(self, bundle: ModelBundle, triples: Sequence[Row], errors: list[WattGPUError | None],
+                 good: list[int], cols: Columns, numbers: Mapping[str, np.ndarray], mix: Mapping[int, Any]) -> None:
+        self.bundle, self.triples, self.errors, self.cols, self.numbers, self.mix = bundle, triples, errors, cols, numbers, mix
+        self.slot = {i: k for k, i in enumerate(good)}
+        self._lists: tuple[dict[str, list[Any]], dict[str, list[Any]]] | None = None
+
+    def prediction(self, i: int) -> Prediction | WattGPUError:
+        """Row ``i``'s Prediction, or the WattGPUError it raises."""
+        if self.errors[i] is not None:
+            return self.errors[i]  # type: ignore[return-value]
+        if self._lists is None:  # lists: row reads without numpy scalar boxing (same values)
+            self._lists = ({k: v.tolist() for k, v in self.numbers.items()},
+                           {k: self.cols[k].tolist() for k in results.ROW_COLUMNS})
+        k = self.slot[i]
+        try:
+            return results.prediction(self.bundle, k, self.triples[i], self._lists[1], self._lists[0],  # type: ignore[arg-type]
+                                      self.mix.get(k), results.memo_for(self.bundle))
+        except ArtifactError:
+            raise  # a damaged install is no row's error
+        except WattGPUError as exc:
+            return exc
+
+    def predictions(self) -> list[Prediction | WattGPUError]:
+        return [self.prediction(i) for i in range(len(self.triples))]
 
 
 def _check_sequence(triples: Any) -> None:

@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from functools import lru_cache, partial
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 from . import capacity, fleet, parallel
 from . import features as F
@@ -41,6 +41,7 @@ from .fleet import EVEN_SPLIT, check_max_utilization, check_replicas
 from .launch import ContextPlan, context_plans, model_reference, vllm_args
 from .quant import with_dtype
 from .prediction import Prediction
+from .predictor import Predictor, default_predictor
 from .workload import Workload
 
 SORT_KEYS = ("energy", "power", "itl", "cost")
@@ -228,13 +229,7 @@ def check_sla_ms(max_itl_ms: Any, max_ttft_ms: Any) -> None:
 
 def misses(p: Prediction, strict: bool, max_itl_ms: float | None, max_ttft_ms: float | None) -> str | None:
     """Which SLA ``p`` misses, in words (``ITL 62.0 ms > 50 ms``), or None when it meets both."""
-    itl, _ = sla_itl(p, strict)
-    if max_itl_ms is not None and itl * 1e3 > max_itl_ms:
-        return f"ITL {itl * 1e3:.1f} ms > {max_itl_ms:g} ms"
-    if max_ttft_ms is not None and (p.ttft_s is None or p.ttft_s * 1e3 > max_ttft_ms):
-        shown = "unbounded" if p.ttft_s is None else f"{p.ttft_s * 1e3:.1f} ms"
-        return f"TTFT {shown} > {max_ttft_ms:g} ms"
-    return None
+    return capacity.sla_miss(sla_itl(p, strict)[0], p.ttft_s, max_itl_ms, max_ttft_ms)
 
 
 # Batch caps whose J/token is within this share of the lowest count as equally good; the largest of them is
@@ -255,55 +250,98 @@ def batch_caps(limit: float) -> list[int]:
     return sorted(caps)
 
 
+class _Option(NamedTuple):
+    """A batch cap in the SLA search."""
+
+    get: Callable[[], Any]  # the Prediction (or the WattGPUError the row raises)
+    row: tuple[Any, Any, Workload]
+    ok: bool
+    overloaded: bool
+    j_per_token: float
+    itl_s: float
+    itl_sla_s: float  # the ITL compared with the SLA (sla_itl)
+    ttft_s: float | None
+    max_qps: float
+
+
+def _option_of(p: Any, row: tuple[Any, Any, Workload], strict: bool) -> _Option:
+    if isinstance(p, WattGPUError):
+        return _Option(lambda: p, row, False, False, math.nan, math.nan, math.nan, None, math.nan)
+    return _Option(lambda: p, row, True, p.overloaded, p.energy_per_token_j, p.itl_s, sla_itl(p, strict)[0], p.ttft_s,
+                   float(p.max_qps or 0.0))
+
+
+def _options_of(ev: Any, variants: Sequence[tuple[Any, Any, Workload]], strict: bool) -> list[_Option]:
+    """Options read from the arrays (``strict`` needs each Prediction's interval)."""
+    out = []
+    for i, row in enumerate(variants):
+        if strict or ev.errors[i] is not None or ev.numbers["not_finite"][ev.slot[i]]:
+            out.append(_option_of(ev.prediction(i), row, strict))
+            continue
+        ttft, itl, over, j, qps = (float(ev.numbers[k][ev.slot[i]]) for k in (
+            "ttft_s", "itl_s", "overloaded", "energy_per_token_j", "max_qps"))
+        out.append(_Option(partial(ev.prediction, i), row, True, bool(over), j, itl, itl,
+                           ttft if math.isfinite(ttft) else None, qps))
+    return out
+
+
 def search_caps(pred: Any, rows: Sequence[tuple[Any, Any, Workload]], first: Sequence[Any], strict: bool,
                 max_itl_ms: float | None, max_ttft_ms: float | None
                 ) -> list[tuple[Any, tuple[Any, Any, Workload], str | None, str | None]]:
     """Per row: the batch cap meeting the ITL and TTFT SLAs at the lowest energy per token (the largest cap
     within ``ENERGY_TIE`` of it).
 
-    Returns (prediction or error, the row at the chosen cap, exclusion kind or None, reason or None). A row
-    is excluded for the SLA only when no cap meets it: "misses SLA even at batch 1: …" when batch 1
-    already misses the ITL, else the best cap's miss; "overloaded" when every cap is."""
+    Returns (prediction or error, the row at the chosen cap, exclusion kind or
+    None, reason or None). A row is excluded for the SLA only when no cap meets it: "misses SLA even at
+    batch 1: …" when batch 1 already misses the ITL, else the best cap's miss; "overloaded" when every cap is."""
     ok = [i for i, r in enumerate(first) if not isinstance(r, WattGPUError)]
     fit: Any = F.columns([rows[i] for i in ok])["fit_batch"] if ok else []
-    variants: list[tuple[int, tuple[Any, Any, Workload]]] = []
-    by_row: dict[int, list[tuple[Any, tuple[Any, Any, Workload]]]] = {}
+    owner: list[int] = []
+    variants: list[tuple[Any, Any, Workload]] = []
+    by_row: dict[int, list[_Option]] = {}
+    capped: dict[tuple[int, int], Workload] = {}  # one Workload per (workload, cap)
     for i, f in zip(ok, fit):
         g, m, w = rows[i]
-        by_row[i] = [(first[i], rows[i])]  # the cap asked for is always a choice (its memory limit may be lower)
+        by_row[i] = [_option_of(first[i], rows[i], strict)]  # the cap asked for is always a choice
         for b in batch_caps(min(float(w.max_batch), max(float(f), 1.0))):
             if b != w.max_batch:
-                variants.append((i, (g, m, replace(w, max_batch=b))))
-    preds = pred.predict_specs_safe([v for _, v in variants])
-    for (i, v), p in zip(variants, preds):
-        by_row[i].append((p, v))
-    for options in by_row.values():
-        options.sort(key=lambda t: t[1][2].max_batch)
+                wb = capped.get((id(w), b))
+                if wb is None:
+                    wb = capped[(id(w), b)] = replace(w, max_batch=b)
+                owner.append(i)
+                variants.append((g, m, wb))
+    for i, o in zip(owner, _options_of(pred.evaluate_rows(variants), variants, strict)):
+        by_row[i].append(o)
     out: list[tuple[Any, tuple[Any, Any, Workload], str | None, str | None]] = [
         (r, rows[i], None, None) for i, r in enumerate(first)]
     for i, options in by_row.items():
-        good = [(p, v) for p, v in options if not isinstance(p, WattGPUError)]
+        options.sort(key=lambda o: o.row[2].max_batch)
+        good = [o for o in options if o.ok]
         if not good:
-            out[i] = (options[0][0], options[0][1], None, None)
+            out[i] = (options[0].get(), options[0].row, None, None)
             continue
-        feasible = [(p, v) for p, v in good if not p.overloaded and misses(p, strict, max_itl_ms, max_ttft_ms) is None]
+
+        def miss(o: _Option, ttft_sla: float | None = max_ttft_ms) -> str | None:
+            return capacity.sla_miss(o.itl_sla_s, o.ttft_s, max_itl_ms, ttft_sla)
+
+        feasible = [o for o in good if not o.overloaded and miss(o) is None]
         if feasible:
-            low = min(p.energy_per_token_j for p, _ in feasible) * (1.0 + ENERGY_TIE)
-            p, v = max(((p, v) for p, v in feasible if p.energy_per_token_j <= low), key=lambda t: t[1][2].max_batch)
-            out[i] = (p, v, None, None)
+            low = min(o.j_per_token for o in feasible) * (1.0 + ENERGY_TIE)
+            o = max((o for o in feasible if o.j_per_token <= low), key=lambda o: o.row[2].max_batch)
+            out[i] = (o.get(), o.row, None, None)
             continue
-        p1, v1 = good[0]  # batch cap 1
-        itl1 = misses(p1, strict, max_itl_ms, None)
-        served = [(p, v) for p, v in good if not p.overloaded]
+        o1 = good[0]  # batch cap 1
+        itl1 = miss(o1, None)
+        served = [o for o in good if not o.overloaded]
         if itl1 is not None:
-            out[i] = (p1, v1, "misses_sla", f"misses SLA even at batch 1: {itl1}")
+            out[i] = (o1.get(), o1.row, "misses_sla", f"misses SLA even at batch 1: {itl1}")
         elif not served:
-            p, v = good[-1]
-            out[i] = (p, v, "overloaded", capacity.overload_message(float(v[2].qps or 0.0), float(p.max_qps or 0.0)))
+            o = good[-1]
+            out[i] = (o.get(), o.row, "overloaded", capacity.overload_message(float(o.row[2].qps or 0.0), o.max_qps))
         else:
-            p, v = min(served, key=lambda t: (t[0].ttft_s if t[0].ttft_s is not None else math.inf, t[0].itl_s))
-            out[i] = (p, v, "misses_sla", f"misses SLA at every batch cap: at best (max_batch {v[2].max_batch}) "
-                                          f"{misses(p, strict, max_itl_ms, max_ttft_ms)}")
+            o = min(served, key=lambda o: (o.ttft_s if o.ttft_s is not None else math.inf, o.itl_s))
+            out[i] = (o.get(), o.row, "misses_sla", f"misses SLA at every batch cap: at best (max_batch "
+                                                    f"{o.row[2].max_batch}) {miss(o)}")
     return out
 
 
@@ -364,8 +402,6 @@ def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None 
     candidates are ranked by fleet energy (fleet power at that rate; see :mod:`wattgpu.fleet`).
     ``dtype`` overrides the checkpoint's weight dtype (see :func:`wattgpu.quant.with_dtype`).
     """
-    from .predictor import default_predictor
-
     wl = _as_workload(workload)
     if not isinstance(sort, str) or sort not in SORT_KEYS:
         raise WattGPUError(f"sort = {sort!r} is invalid; expected one of {', '.join(SORT_KEYS)}")
@@ -574,8 +610,6 @@ def _as_workload(workload: Any) -> Workload:
 
 
 def _as_predictor(predictor: Any) -> Any:
-    from .predictor import Predictor
-
     if predictor is not None and not isinstance(predictor, Predictor):
         raise ArgumentTypeError(f"predictor: expected a wattgpu.Predictor or None, got {type(predictor).__name__}")
     return predictor

@@ -168,3 +168,13 @@ def with_concurrency(cols: Columns, index: np.ndarray, concurrency: np.ndarray, 
         raw["wl_qps"] = np.full(len(idx), math.nan)
     return derive(raw)
 
+
+
+def row_with_concurrency(c: dict[str, float], concurrency: float, closed_loop: bool) -> dict[str, float]:
+    """:func:`with_concurrency` of one row of floats."""
+    raw = {k: c[k] for k in RAW_KEYS}
+    raw["wl_concurrency"] = concurrency
+    if closed_loop:
+        raw.update(_CLOSED_LOOP_CODES)
+        raw["wl_qps"] = math.nan
+    return derive(raw)  # type: ignore[arg-type,return-value]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 import weakref
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -11,7 +11,9 @@ from . import capacity
 from . import features as F
 from . import latency, ops, physics
 from .assemble import Evaluate, Row
+from .assemble import take as assemble_take
 from .bundle import ModelBundle
+from .calibration import of as calibration_of
 from .checks import (capacity_warnings, context_warnings, domain_warnings, intervals, not_finite_error,
                      server_warnings, tp_warnings)
 from .energy import energy_figures
@@ -44,7 +46,7 @@ def core(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.C
     busy = np.ones(len(rows))
     server = cols["wl_kind_code"] == SERVER_CODE
     server_rows = [int(k) for k in np.flatnonzero(server)]
-    cap = capacity.capacity_table(evaluate, rows, cols, learned=server_learned)
+    cap = capacities(bundle, evaluate, rows, cols, server_learned)
     itl = capacity.sub_batch_itl(out[ITL], batch, cap["grid_batch"], cap["grid_itl"])
     req_s = capacity.request_s(cols, itl)  # server rows' ITL and batch change below, but they never read it
     tokens_per_s = served_token_rate(cols, batch, req_s, cap["max_qps"])
@@ -68,12 +70,59 @@ def core(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.C
     clients = np.where(cols["wl_kind_code"] == CLOSED_LOOP_CODE, cols["wl_concurrency"], np.nan)
     wait = latency.closed_loop_wait(clients, tokens_per_s / cols["wl_output_tokens"], req_s)
     if server_rows:
-        wait[server_rows] = latency.server_wait(cols["wl_qps"][server_rows], cap["max_qps"][server_rows],
-                                                cap["concurrency"][server_rows])
+        wait[server_rows] = [latency.server_wait(*a) for a in zip(cols["wl_qps"][server_rows].tolist(),
+                                                                  cap["max_qps"][server_rows].tolist(),
+                                                                  cap["concurrency"][server_rows].tolist())]
     with np.errstate(divide="ignore", invalid="ignore"):
         numbers.update(latency_numbers(cols, budget, batch, numbers["itl_s"], tokens_per_s,
                                        latency.step_envelope(batch, cap["grid_batch"], cap["grid_itl"]), wait))
     return numbers, mix
+
+
+class Capacity(NamedTuple):
+    """What a prediction reads of a row's capacity table."""
+
+    max_qps: float
+    grid_batch: tuple[float, ...]
+    grid_itl: tuple[float, ...]
+    concurrency: float  # the operating point's concurrency (the server solve's upper bracket)
+    limit: float  # sequences the engine runs at once
+
+    @classmethod
+    def of(cls, table: Mapping[str, np.ndarray], j: int) -> "Capacity":
+        return cls(float(table["max_qps"][j]), tuple(table["grid_batch"][j].tolist()),
+                   tuple(table["grid_itl"][j].tolist()), float(table["concurrency"][j]), float(table["limit"][j]))
+
+
+def capacities(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.Columns,
+               learned: bool) -> dict[str, np.ndarray]:
+    """:class:`Capacity` fields of every row as arrays (+ ``max_concurrency``), memoised per set-up."""
+    memo = memo_for(bundle)
+    slot_of: dict[tuple[Any, ...], int] = {}
+    firsts: list[int] = []
+    where = np.empty(len(rows), dtype=np.intp)
+    for i, row in enumerate(rows):
+        key = (learned, capacity._key(row, learned))
+        s = slot_of.get(key)
+        if s is None:
+            s = slot_of[key] = len(firsts)
+            firsts.append(i)
+        where[i] = s
+    keys = list(slot_of)
+    got = [memo.capacity_get(key, rows[i]) for key, i in zip(keys, firsts)]
+    miss = [s for s, c in enumerate(got) if c is None]
+    if miss:
+        idx = [firsts[s] for s in miss]
+        table = capacity.capacity_table(evaluate, [rows[i] for i in idx], assemble_take(cols, idx, len(rows)), learned)
+        for j, s in enumerate(miss):
+            got[s] = Capacity.of(table, j)
+            memo.capacity_put(keys[s], rows[idx[j]], got[s])
+    return {"max_qps": np.array([c.max_qps for c in got])[where],
+            "grid_batch": np.array([c.grid_batch for c in got], dtype=np.float64).reshape(len(got), -1)[where],
+            "grid_itl": np.array([c.grid_itl for c in got], dtype=np.float64).reshape(len(got), -1)[where],
+            "concurrency": np.array([c.concurrency for c in got])[where],
+            "limit": np.array([c.limit for c in got])[where],
+            "max_concurrency": np.maximum(cols["fit_sequences"], 0.0)}
 
 
 def latency_numbers(cols: Any, budget: Any, batch: Any, itl: Any, tokens_per_s: Any, step_s: Any,
@@ -106,12 +155,8 @@ def finish(power: Any, itl: Any, batch: Any, busy: Any, tokens_per_s: Any, tdp: 
 def served_token_rate(cols: F.Columns, batch: Any, req_s: Any, max_qps: Any) -> Any:
     """Generated tokens/s of ``batch`` busy slots (offline and closed loop), never above capacity.
 
-    Each slot turns out a request's ``output_tokens`` per request time ``req_s``
-    (:func:`capacity.request_s`, the W of Little's law, as for the capacity); the total is
-    capped at ``max_qps × output_tokens``, since the capacity grid may find a batch the engine runs
-    better than ``batch``. Before, ``batch / ITL`` ignored the prefill: one output token per 512-token
-    prompt on an A30 claimed 3× its capacity and 160× its compute peak. Arrays or one row of floats
-    (the scalar path)."""
+    Each slot turns out ``output_tokens`` per request time ``req_s`` (Little's W); capped at
+    ``max_qps × output_tokens``. Arrays or floats."""
     out = cols["wl_output_tokens"]
     return ops.minimum(batch * out / req_s, max_qps * out)
 
@@ -119,9 +164,7 @@ def served_token_rate(cols: F.Columns, batch: Any, req_s: Any, max_qps: Any) -> 
 def utilization(cols: F.Columns, max_qps: Any, batch: Any, req_s: Any) -> Any:
     """Offered load ÷ capacity: server qps / max_qps (above 1: overloaded); offline 1 (saturated by
     definition); closed loop the request rate its clients generate (batch / request time ``req_s``,
-    Little's law) / max_qps, at most 1: a closed loop throttles itself — its clients wait for their
-    answers, so more clients than the GPU serves at once queue instead of overloading it (65,536 clients
-    claimed a utilization of 4.6). Arrays or one row of floats (the scalar path)."""
+    Little's law) / max_qps, at most 1 (a closed loop throttles itself). Arrays or floats."""
     kind = cols["wl_kind_code"]
     loop = ops.minimum(batch / req_s, max_qps)
     # an absurd arrival rate (1e308 req/s) is overloaded, not infinitely so: the ratio stops at MAX_UTILIZATION
@@ -170,9 +213,7 @@ def prediction(bundle: ModelBundle, i: int, row: Row, cols: F.Columns, numbers: 
     factors = bundle.interval_factors
     calibrated = None
     if bundle.schema.calibration is not None:
-        from .calibration import of
-
-        cal = of(bundle)
+        cal = calibration_of(bundle)
         calibrated = memo.spec(gpu, cal.describe)  # type: ignore[union-attr]
         factors = {t: scaled_factors(f, cal.interval_scale(gpu, t)) for t, f in factors.items()}  # type: ignore[union-attr]
     return Prediction(
@@ -260,18 +301,15 @@ class RowMemo:
         self.warnings[key] = (gpu, llm, base)
         return base
 
-    def capacity(self, row: Row, learned: bool, compute: Callable[[], Any]) -> Any:
-        """The capacity of a row (``max_qps`` and its grid), computed once per (GPU, LLM, engine set-up):
-        what :func:`capacity.capacity_table` keys a capacity on."""
-        key = (learned, capacity._key(row, learned))
+    def capacity_get(self, key: tuple[Any, ...], row: Row) -> Any:
+        """The memoised Capacity under ``key``, or None."""
         hit = self.capacities.get(key)
-        if hit is not None and hit[0] is row[0] and hit[1] is row[1]:
-            return hit[2]
+        return hit[2] if hit is not None and hit[0] is row[0] and hit[1] is row[1] else None
+
+    def capacity_put(self, key: tuple[Any, ...], row: Row, value: Any) -> None:
         if len(self.capacities) > self.LIMIT:
             self.capacities.clear()
-        value = compute()
         self.capacities[key] = (row[0], row[1], value)
-        return value
 
 
 def _workload_dict(wl: Any) -> dict[str, Any]:

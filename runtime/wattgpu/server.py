@@ -32,7 +32,16 @@ def server_mix(evaluate: Evaluate, rows: Sequence[Row], cols: F.Columns, learned
     are evaluated as the server workload at concurrency L, exactly as the training rows were
     described, and the learned power is the mean power. At most ``cap`` sequences decode at once;
     a rate beyond ``capacity["max_qps"]`` is overloaded: the GPU runs saturated at the capacity's
-    operating point (see :mod:`wattgpu.capacity`)."""
+    operating point (see :mod:`wattgpu.capacity`). Repeated rows are solved once."""
+    first: dict[Any, int] = {}
+    keys = [capacity_mod._key(r, True) for r in rows]  # specs and every workload field
+    where = [first.setdefault(k, i) for i, k in enumerate(keys)]
+    if len(first) < len(rows):  # repeated rows are solved once
+        uniq = np.array(sorted(first.values()), dtype=np.intp)
+        solved = server_mix(evaluate, [rows[i] for i in uniq], {k: v[uniq] for k, v in cols.items()}, learned,
+                            cap[uniq], {k: v[uniq] for k, v in capacity.items()})
+        slot = {int(i): j for j, i in enumerate(uniq)}
+        return {k: dict(solved[slot[w]]) for k, w in enumerate(where)}
     qps = np.array([w.qps for _, _, w in rows], dtype=np.float64)
     index = np.arange(len(rows))
     state: dict[str, Any] = {}
@@ -58,11 +67,19 @@ def server_mix(evaluate: Evaluate, rows: Sequence[Row], cols: F.Columns, learned
     idle, sources = zip(*(idle_power(g) for g, _, _ in rows))
     busy = physics.busy_fraction(conc)
     power = res[POWER] if learned else physics.server_power_mix(np.array(idle), res[POWER], conc)
-    return {k: {"power": float(power[k]), "itl": float(res[ITL][k]), "busy": float(busy[k]),
-                "busy_power": float(res[POWER][k]), "concurrency": float(conc[k]), "batch": float(batch[k]),
-                "request_s": float(state["request_s"][k]), "idle_w": None if learned else float(idle[k]),
-                "idle_source": None if learned else sources[k], "learned": learned,
-                "idle_estimated": not learned and rows[k][0].idle_power_w is None,
-                "converged": bool(converged[k]) or bool(over[k]), "overloaded": bool(over[k]),
-                "max_qps": float(capacity["max_qps"][k]), "roofline_itl_s": float(state["roofline_itl_s"][k])}
+    return {k: mix_entry(rows[k][0], learned, float(power[k]), float(res[ITL][k]), float(busy[k]),
+                         float(res[POWER][k]), float(conc[k]), float(batch[k]), float(state["request_s"][k]),
+                         (float(idle[k]), sources[k]), bool(converged[k]) or bool(over[k]), bool(over[k]),
+                         float(capacity["max_qps"][k]), float(state["roofline_itl_s"][k]))
             for k in range(len(rows))}
+
+
+def mix_entry(gpu: GpuSpec, learned: bool, power: float, itl: float, busy: float, busy_power: float,
+              conc: float, batch: float, request_s: float, idle: tuple[float, str], converged: bool,
+              overloaded: bool, max_qps: float, roofline_itl_s: float) -> dict[str, Any]:
+    """The solved server state of one row (both paths build it here)."""
+    return {"power": power, "itl": itl, "busy": busy, "busy_power": busy_power, "concurrency": conc,
+            "batch": batch, "request_s": request_s, "idle_w": None if learned else idle[0],
+            "idle_source": None if learned else idle[1], "learned": learned,
+            "idle_estimated": not learned and gpu.idle_power_w is None, "converged": converged,
+            "overloaded": overloaded, "max_qps": max_qps, "roofline_itl_s": roofline_itl_s}

@@ -1,17 +1,18 @@
 """One prediction on plain Python floats: the scalar path of :meth:`Predictor.predict`.
 
-numpy spends tens of microseconds on the ~60 ufunc calls of one prediction when every array holds
-one element. This path evaluates the SAME definitions — :func:`features.row_columns` /
+This path evaluates the SAME definitions — :func:`features.row_columns` /
 :func:`features.row_vector` (features and physics via :mod:`ops`), :func:`targets.inverse`,
 :func:`results.finish`, :func:`results.prediction` — on floats, runs each model once on a one-row
 float32 buffer, and so returns the Prediction the vectorised path returns, bit for bit
 (tests/test_scalar_path.py).
 
+Poisson-server rows solve the same fixed point (:func:`physics.solve_server_concurrency` on floats,
+one ITL run per step) and build the same :func:`server.mix_entry`.
+
 Rows it does not handle return None and take the vectorised path, so their numbers, warnings and
-errors are the vectorised path's by construction: Poisson-server workloads (the fixed point is
-solved vectorised), rows that cannot be predicted (no KV cache, an impossible TP group, does not fit,
-not finite) and rows
-that hit an arithmetic edge a float raises on (a zero divisor) where numpy gives inf/NaN.
+errors are the vectorised path's by construction: rows that cannot be predicted (no KV cache, an
+impossible TP group, does not fit, not finite) and rows that hit an arithmetic edge a float raises on
+(a zero divisor) where numpy gives inf/NaN.
 """
 from __future__ import annotations
 
@@ -22,15 +23,18 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import assemble, capacity, latency, ops, parallel
+from . import assemble, capacity, latency, ops, parallel, physics
 from . import features as F
 from .assemble import Row
 from .bundle import ModelBundle
+from .calibration import of as calibration_of
 from .checks import NO_KV_CACHE
 from .prediction import Prediction
-from .results import (CLOSED_LOOP_CODE, ROW_COLUMNS, RowMemo, finish, latency_numbers, memo_for, prediction,
+from .raw_columns import row_with_concurrency
+from .results import (CLOSED_LOOP_CODE, ROW_COLUMNS, Capacity, RowMemo, finish, latency_numbers, memo_for, prediction,
                       served_token_rate, utilization)
-from .targets import inverse
+from .server import SERVER_FIXED_POINT_ITERS, idle_power, mix_entry
+from .targets import ITL, POWER, inverse
 
 
 class _RowRunner:
@@ -79,21 +83,21 @@ def _runners(bundle: ModelBundle) -> dict[str, _RowRunner]:
     return runners
 
 
-def evaluate_one(bundle: ModelBundle, c: dict[str, float]) -> dict[str, float]:
-    """Every model of ``bundle`` on one row of scalar columns, in physical units."""
+def evaluate_one(bundle: ModelBundle, c: dict[str, float], targets: tuple[str, ...] | None = None) -> dict[str, float]:
+    """Every model of ``bundle`` (or those of ``targets``) on one row of scalar columns, in physical units."""
     x = assemble.steady(c) if assemble.reads_kind(bundle) else c  # the same rule as assemble.evaluate
-    out = {target: run(x) for target, run in _runners(bundle).items()}
+    out = {target: run(x) for target, run in _runners(bundle).items() if targets is None or target in targets}
     if bundle.schema.calibration is not None:  # the same correction as assemble.evaluate, on floats
-        from .calibration import of
-
-        out = of(bundle).apply(out, c)  # type: ignore[union-attr]
+        out = calibration_of(bundle).apply(out, c)  # type: ignore[union-attr]
     return out
 
 
-def numbers_one(bundle: ModelBundle, row: Row, memo: RowMemo | None = None) -> tuple[dict[str, float], dict[str, Any]] | None:
-    """(columns, numbers) of one predictable non-server row as floats, or None for the vectorised path."""
+def numbers_one(bundle: ModelBundle, row: Row, memo: RowMemo | None = None
+                ) -> tuple[dict[str, float], dict[str, Any], dict[str, Any] | None] | None:
+    """(columns, numbers, server mix or None) of one predictable row as floats, or None for the
+    vectorised path."""
     g, llm, wl = row
-    if wl.kind == "server" or llm.arch_class in NO_KV_CACHE or (wl.tp > 1 and parallel.group_error(g, llm, wl.tp)):
+    if llm.arch_class in NO_KV_CACHE or (wl.tp > 1 and parallel.group_error(g, llm, wl.tp)):
         return None
     try:
         if memo is None:
@@ -103,39 +107,89 @@ def numbers_one(bundle: ModelBundle, row: Row, memo: RowMemo | None = None) -> t
                                     memo.spec(wl, F.workload_columns)))
         if not c["fit_sequences"] >= 1:
             return None
-        out = evaluate_one(bundle, c)
         learned = "server" in bundle.schema.domain.get("kinds", ())
-        max_qps, grid_batch, grid_itl = (memo or RowMemo()).capacity(row, learned,
-                                                                     lambda: _capacity(bundle, row, c, learned))
+        memo = memo or RowMemo()
+        key = (learned, capacity._key(row, learned))
+        cap: Capacity = memo.capacity_get(key, row)
+        if cap is None:
+            cap = _capacity(bundle, row, c, learned)
+            memo.capacity_put(key, row, cap)
+        if wl.kind == "server":
+            return _server_numbers(bundle, row, c, learned, cap)
+        out = evaluate_one(bundle, c)
         power, batch = out["power"], c["eff_batch"]
-        itl = _sub_batch_itl(out["itl"], batch, grid_batch, grid_itl)
+        itl = _sub_batch_itl(out["itl"], batch, cap.grid_batch, cap.grid_itl)
         req_s = capacity.request_s(c, itl)  # type: ignore[arg-type]  # floats: the same operations
-        rate = served_token_rate(c, batch, req_s, max_qps)  # type: ignore[arg-type]
+        rate = served_token_rate(c, batch, req_s, cap.max_qps)  # type: ignore[arg-type]
         numbers = finish(power, itl, batch, 1.0, rate, c["gpu_tdp_w"], c["wl_output_tokens"], False, c["wl_tp"])
         if numbers["not_finite"]:
             return None
-        util = utilization(c, max_qps, batch, req_s)  # type: ignore[arg-type]
+        util = utilization(c, cap.max_qps, batch, req_s)  # type: ignore[arg-type]
         clients = c["wl_concurrency"] if c["wl_kind_code"] == CLOSED_LOOP_CODE else math.nan
         wait = latency.closed_loop_wait(clients, rate / c["wl_output_tokens"], req_s)
         numbers.update(latency_numbers(c, latency.prefill_budget(g, wl), batch, itl, rate,
-                                       latency.step_envelope_one(batch, grid_batch, grid_itl), wait))
+                                       latency.step_envelope_one(batch, cap.grid_batch, cap.grid_itl), wait))
     except ArithmeticError:  # ZeroDivisionError, OverflowError: numpy would give inf/NaN
         return None
-    numbers.update(max_qps=max_qps, utilization=util, max_concurrency=ops.maximum(c["fit_sequences"], 0.0),
-                   overloaded=False)  # overload is a server state; server rows take the vectorised path
-    return c, numbers
+    numbers.update(max_qps=cap.max_qps, utilization=util, max_concurrency=ops.maximum(c["fit_sequences"], 0.0),
+                   overloaded=False)  # overload is a server state (below)
+    return c, numbers, None
 
 
-def _capacity(bundle: ModelBundle, row: Row, c: dict[str, float],
-              learned: bool) -> tuple[float, tuple[float, ...], tuple[float, ...]]:
-    """The row's ``max_qps`` and its capacity grid (batches and ITL, one-row arrays) from
-    :func:`capacity.capacity_table` itself, on one-row arrays of its columns (vectorised, and memoised
-    by the caller)."""
+def _server_numbers(bundle: ModelBundle, row: Row, c: dict[str, float], learned: bool,
+                    cap: Capacity) -> tuple[dict[str, float], dict[str, Any], dict[str, Any]] | None:
+    """A Poisson-server row on floats (as server_mix and core)."""
+    g, _, wl = row
+    qps = float(wl.qps)  # type: ignore[arg-type]  # a server workload always has one
+
+    def at(conc: float, targets: tuple[str, ...] | None) -> tuple[dict[str, float], dict[str, float], float]:
+        batch, level = capacity.load_point(conc, cap.limit, learned)
+        cols = row_with_concurrency(c, level, closed_loop=not learned)
+        return cols, evaluate_one(bundle, cols, targets), cols["eff_batch"] if learned else batch
+
+    def request_time(conc: float) -> float:
+        cols, res, _ = at(conc, _ITL_ONLY)
+        return capacity.request_s(cols, res[ITL])  # type: ignore[arg-type]
+
+    over = qps > cap.max_qps * (1.0 + 1e-9)
+    if over:  # saturated at the capacity's operating point: nothing to solve
+        conc, converged = cap.concurrency, True
+    else:
+        conc, converged = physics.solve_server_concurrency(ops.minimum(qps, cap.max_qps), request_time,
+                                                               iters=SERVER_FIXED_POINT_ITERS, upper=cap.concurrency)
+    cols, res, batch = at(conc, None)  # every model at the solved (or saturated) concurrency
+    req_s = capacity.request_s(cols, res[ITL])  # type: ignore[arg-type]
+    idle = idle_power(g)
+    busy = physics.busy_fraction(conc)  # type: ignore[arg-type]
+    power = res[POWER] if learned else physics.server_power_mix(idle[0], res[POWER], conc)  # type: ignore[arg-type]
+    itl = res[ITL]
+    mix = mix_entry(g, learned, power, itl, busy, res[POWER], conc, batch, req_s, idle, converged, over,  # type: ignore[arg-type]
+                    cap.max_qps, cols["roofline_itl_s"])
+    rate = min(qps, cap.max_qps) * wl.output_tokens
+    util = utilization(c, cap.max_qps, batch, req_s)  # type: ignore[arg-type]
+    numbers = finish(power, itl, batch, busy, rate, c["gpu_tdp_w"], c["wl_output_tokens"], learned, c["wl_tp"])
+    if numbers["not_finite"]:
+        return None
+    overloaded = util > 1.0 + 1e-9
+    numbers.update(max_qps=cap.max_qps, utilization=util if overloaded else ops.minimum(util, 1.0),
+                   max_concurrency=ops.maximum(c["fit_sequences"], 0.0), overloaded=overloaded)
+    wait = latency.server_wait(c["wl_qps"], cap.max_qps, cap.concurrency)
+    numbers.update(latency_numbers(c, latency.prefill_budget(g, wl), batch, itl, rate,
+                                   latency.step_envelope_one(batch, cap.grid_batch, cap.grid_itl), wait))
+    return c, numbers, mix
+
+
+_ITL_ONLY = (ITL,)
+
+
+def _capacity(bundle: ModelBundle, row: Row, c: dict[str, float], learned: bool) -> Capacity:
+    """The row's capacity from :func:`capacity.capacity_table` itself, on one-row arrays of its columns
+    (vectorised, and memoised by the caller)."""
     cols = {k: np.array([v]) for k, v in c.items() if not k.startswith("feature:")}
     evaluate = lambda at, targets=None: assemble.evaluate(bundle, at, targets)  # noqa: E731
     with np.errstate(divide="ignore", invalid="ignore"):
         cap = capacity.capacity_table(evaluate, [row], cols, learned)
-    return float(cap["max_qps"][0]), tuple(cap["grid_batch"][0].tolist()), tuple(cap["grid_itl"][0].tolist())
+    return Capacity.of(cap, 0)
 
 
 def _sub_batch_itl(itl: float, batch: float, grid_batch: tuple[float, ...], grid_itl: tuple[float, ...]) -> float:
@@ -153,7 +207,7 @@ def predict_one(bundle: ModelBundle, row: Row) -> Prediction | None:
     got = numbers_one(bundle, row, memo)
     if got is None:
         return None
-    c, numbers = got
+    c, numbers, mix = got
     one: dict[str, Any] = {k: (v,) for k, v in numbers.items()}
     cols = {k: (c[k],) for k in ROW_COLUMNS}
-    return prediction(bundle, 0, row, cols, one, None, memo)  # type: ignore[arg-type]
+    return prediction(bundle, 0, row, cols, one, mix, memo)  # type: ignore[arg-type]

@@ -158,9 +158,21 @@ class GpuSpec:
     pcie_lanes: int | None = None
     max_group: int | None = None
     interconnect_source: str | None = None
+    # vLLM default max_num_batched_tokens; None: vLLM rule
+    vllm_batched_tokens: int | None = None
+
+    @property
+    def default_batched_tokens(self) -> int:
+        """``vllm_batched_tokens``, else vLLM's rule (EngineArgs defaults, V1; it reads the CUDA device name)."""
+        if self.vllm_batched_tokens is not None:
+            return self.vllm_batched_tokens
+        return 8192 if self.memory_size_gb >= 70.0 and "a100" not in self.name.lower() else 2048
 
     def __post_init__(self) -> None:
         entity = f"GPU {self.name!r}"
+        if self.vllm_batched_tokens is not None:
+            object.__setattr__(self, "vllm_batched_tokens", check_int(entity, "vllm_batched_tokens",
+                                                                      self.vllm_batched_tokens, 1, 10_000_000, "tokens"))
         if not isinstance(self.name, str) or not self.name.strip() or len(self.name) > 500 \
                 or not self.name.isprintable():
             raise SpecValidationError("GPU", "name", self.name,

@@ -8,17 +8,17 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from .energy import Prices
 from .errors import WattGPUError
 from .rank import RankResult
 from .workload import Workload
 
-Prices = tuple[float | None, float | None, float, float | None]  # usd/kWh, gCO2/kWh, PUE, usd/GPU-hour
 
 
 def predict_answer(predictor: Any, gpu: Any, llm: Any, workload: Workload, *, dtype: str = "auto",
                    max_itl_ms: float | None = None, max_ttft_ms: float | None = None,
                    prices: Prices = (None, None, 1.0, None)) -> dict[str, Any]:
-    """``wattgpu predict --json``: ``Prediction.to_dict()`` plus ``energy``, and ``sla`` only when an SLA is
+    """``wattgpu predict --json``: ``Prediction.to_dict(prices)``, and ``sla`` only when an SLA is
     given (the batch cap 1, 2, 4, … that meets it at the lowest energy per token)."""
     from .quant import with_dtype
 
@@ -38,10 +38,9 @@ def predict_answer(predictor: Any, gpu: Any, llm: Any, workload: Workload, *, dt
                "max_batch": chosen[2].max_batch, "reason": why}
     else:
         pred = predictor.predict(gpu, spec, workload)
-    p: dict[str, Any] = pred.to_dict()
+    p: dict[str, Any] = pred.to_dict(prices)
     if sla is not None:
-        p["sla"] = sla  # only with an SLA: otherwise the JSON equals Prediction.to_dict()
-    p["energy"] = pred.energy(*prices)
+        p["sla"] = sla  # only with an SLA: otherwise the JSON equals Prediction.to_dict(prices)
     return p
 
 

@@ -450,6 +450,41 @@ def rank_cmd(llm: str, max_itl_ms: float | None, max_ttft_ms: float | None, stri
              f"exit status {NO_CANDIDATE_EXIT}", NO_CANDIDATE_EXIT)
 
 
+_BOUND_SHORT = {"memory": "mem", "compute": "comp", "interconnect": "link"}
+
+
+def rank_columns(fleet: bool, multi: bool, priced: bool, rented: bool, carbon: bool) -> list[tuple[str, str, int]]:
+    """The number columns of the rank table: (output field of :mod:`wattgpu.record`, header, width); each
+    cell is the field's value scaled and formatted as its declaration says."""
+    cols = [("replicas", "repl", 6), ("fleet_power_w", "fleet W", 9)] if fleet else []
+    cols += ([("tp", "N", 2), ("total_power_w", "total W", 8), ("power_w", "W/GPU", 7)] if multi
+             else [("power_w", "power W", 8)])
+    cols += [("max_batch", "cap", 5), ("itl_s", "ITL ms", 7), ("ttft_s", "TTFT ms", 8), ("bound", "bound", 5),
+             ("throughput_tok_s", "tok/s", 8), ("max_qps", "max q/s", 8), ("utilization", "util", 5),
+             ("j_per_token", "J/tok", 8), ("wh_per_request", "Wh/req", 7), ("kwh_per_mtok", "kWh/Mtok", 9)]
+    cols += [("usd_per_mtok", "$/Mtok*", 8)] if priced else []
+    cols += [("usd_per_mtok_gpu_hours", "$GPUh/Mtok", 10)] if rented else []
+    cols += [("gco2_per_mtok", "gCO2/Mtok*", 10)] if carbon else []
+    return cols
+
+
+def rank_cell(c: Any, energy: dict[str, Any], name: str, width: int) -> str:
+    """One cell of the rank table: field ``name`` of candidate ``c`` (or of its ``energy`` figures)."""
+    from .record import field
+
+    if name == "bound":
+        return f"{_BOUND_SHORT.get(str(c.bound.get('kind')), '?'):>{width}}"
+    out = field(name)
+    value = energy[name] if name in energy else getattr(c, name)
+    if value is None:
+        if name == "ttft_s":
+            return f"{'inf':>{width}}"  # unbounded
+        value = 0.0
+    if out.kind == "integer":
+        return f"{value:>{width}}"
+    return num(value * out.scale, f">{width}{out.fmt}")
+
+
 def _print_rank(res: Any, show_launch: bool = False) -> None:
     wl = res.workload
     load = f"server at {wl.qps:g} req/s" if wl.kind == "server" else f"{wl.kind}, batch cap {wl.max_batch}"
@@ -475,35 +510,19 @@ def _print_rank(res: Any, show_launch: bool = False) -> None:
     carbon = res.gco2_per_kwh is not None
     multi = res.tp != 1
     gw = max([3] + [len(c.gpu) for c in res.candidates])  # GPU names are never cut
-    head = f"{'#':>3} {'GPU':<{gw}} {'meas':>4}"
-    head += f" {'repl':>6} {'fleet W':>9}" if fleet else ""
-    head += f" {'N':>2} {'total W':>8} {'W/GPU':>7}" if multi else f" {'power W':>8}"
-    head += f" {'cap':>5} {'ITL ms':>7} {'TTFT ms':>8} {'bound':>5} {'tok/s':>8} {'max q/s':>8} {'util':>5} {'J/tok':>8} {'Wh/req':>7} {'kWh/Mtok':>9}"
     rented = res.usd_per_gpu_hour is not None
-    head += f" {'$/Mtok*':>8}" if priced else ""
-    head += f" {'$GPUh/Mtok':>10}" if rented else ""
-    head += f" {'gCO2/Mtok*':>10}" if carbon else ""
-    click.echo(head)
+    cols = rank_columns(fleet, multi, priced, rented, carbon)
+    click.echo(f"{'#':>3} {'GPU':<{gw}} {'meas':>4}" + "".join(f" {h:>{w}}" for _, h, w in cols))
     above = False
     for i, c in enumerate(res.candidates, 1):
-        e = c.energy
         if (not fleet and not above and res.max_utilization is not None and c.utilization is not None
                 and c.utilization > res.max_utilization + 1e-12):
             above = True
             click.echo(f"--- above the {res.max_utilization:.0%} headroom (queues grow sharply with bursts); "
                        "--replicas auto adds replicas instead ---")
+        e = c.energy_figures
         line = f"{i:>3} {c.gpu:<{gw}} {'yes' if c.measured_in_training else '-':>4}"
-        line += f" {c.replicas:>6} {c.fleet_power_w:>9.0f}" if fleet else ""
-        line += f" {c.tp:>2} {c.total_power_w:>8.1f} {c.power_w:>7.1f}" if multi else f" {c.power_w:>8.1f}"
-        ttft = "inf" if c.ttft_s is None else num(c.ttft_s * 1e3, ">8.1f")
-        short = {"memory": "mem", "compute": "comp", "interconnect": "link"}.get(str(c.bound.get("kind")), "?")
-        line += (f" {c.max_batch:>5} {c.itl_s * 1e3:>7.1f} {ttft:>8} {short:>5} {num(c.throughput_tok_s, '>8.1f')} {c.max_qps or 0.0:>8.3g}"
-                 f" {c.utilization or 0.0:>5.0%} {num(e['j_per_token'], '>8.3f')} {num(e['wh_per_request'], '>7.3f')}"
-                 f" {num(e['kwh_per_mtok'], '>9.3f')}")
-        line += f" {num(e['usd_per_mtok'], '>8.4f')}" if priced else ""
-        line += f" {num(e['usd_per_mtok_gpu_hours'], '>10.4f')}" if rented else ""
-        line += f" {num(e['gco2_per_mtok'], '>10.1f')}" if carbon else ""
-        click.echo(line)
+        click.echo(line + "".join(f" {rank_cell(c, e, name, w)}" for name, _, w in cols))
     if fleet and res.candidates:
         click.echo("(power W, ITL ms, TTFT ms, tok/s, max q/s and util are per replica)")
         for i, c in enumerate(res.candidates, 1):
@@ -521,7 +540,7 @@ def _print_rank(res: Any, show_launch: bool = False) -> None:
             who = "the top candidate" if not show_launch else f"#{i}"
             click.echo(f"launch {who} ({c.gpu}{f' ×{c.tp}' if c.tp > 1 else ''}"
                        f"{f', {c.replicas} replica' + ('s' if c.replicas != 1 else '') if fleet else ''}; KV cache "
-                       f"holds {c.kv_sequences} sequence{'s' if c.kv_sequences != 1 else ''} of {c.max_model_len} "
+                       f"holds {c.kv_sequences_at_max_model_len} sequence{'s' if c.kv_sequences_at_max_model_len != 1 else ''} of {c.max_model_len} "
                        f"tokens): {shlex.join(c.launch_args)}")
         if not show_launch and len(res.candidates) > 1:
             click.echo("(--launch prints the line of every candidate)")

@@ -267,9 +267,7 @@ def batch_work(svc: Service, body: dict[str, Any]) -> dict[str, Any]:
         if isinstance(r, WattGPUError):
             out[k] = {"row": k, **I.from_wattgpu_error(r).body()}
         else:
-            d = r.to_dict()
-            d["energy"] = r.energy(*prices)
-            out[k] = {"row": k, "prediction": d}
+            out[k] = {"row": k, "prediction": r.to_dict(prices)}
     failed = sum(1 for o in out if o is not None and "error" in o)
     return {"results": out, "predicted": len(out) - failed, "failed": failed}
 

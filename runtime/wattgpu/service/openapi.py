@@ -7,6 +7,7 @@ import json
 from dataclasses import MISSING, fields
 from typing import Any
 
+from .. import record
 from ..rank import SORT_KEYS
 from ..workload import ENGINE_ERAS, ITL_STATS, KINDS, KV_CACHE_DTYPES, Workload
 from .inputs import MAX_BATCH_ROWS, MAX_BODY_BYTES
@@ -84,19 +85,23 @@ def openapi_document() -> dict[str, Any]:
                 "type": "object", "required": ["gpu", "llm"], "additionalProperties": False,
                 "properties": {"gpu": ref("Gpu"), "llm": ref("Llm"), "workload": ref("Workload")}}},
             "workload": ref("Workload"), **prices}},
-        "Prediction": {"type": "object", "description": "Exactly `wattgpu predict --json`: Prediction.to_dict() "
-                       "plus `energy`, and `sla` when an SLA was given.",
-                       "required": ["gpu", "llm", "power_w", "itl_s", "energy"],
-                       "properties": {"gpu": {"type": "string"}, "llm": {"type": "string"}, "power_w": _NUM,
-                                      "itl_s": _NUM, "energy": {"type": "object"}, "sla": {"type": "object"}}},
+        "Prediction": {**record.json_schema(record.PREDICTION), "description": (
+            "Exactly `wattgpu predict --json`: Prediction.to_dict(prices) (fields declared in wattgpu.record), "
+            "and `sla` when an SLA was given.")},
+        "RankCandidate": {**record.json_schema((*record.PREDICTION, *record.RANK_ONLY)), "description":
+                          "A prediction plus the rank-only fields (wattgpu.record.RANK_ONLY)."},
+        "RankEntry": {**record.json_schema((*record.PREDICTION, *(o for o in record.RANK_ONLY if o.name != "rank"))),
+                      "description": "An excluded GPU's entry: a rank candidate without `rank`."},
         "RankResult": {"type": "object", "description": "Exactly `wattgpu rank --json` (RankResult.to_dict()).",
                        "required": ["llm", "candidates", "excluded"],
                        "properties": {"llm": {"type": "string"}, "best": {"type": ["string", "null"]},
-                                      "candidates": {"type": "array", "items": {"type": "object"}},
-                                      "excluded": {"type": "array", "items": {"type": "object"}}}},
+                                      "candidates": {"type": "array", "items": ref("RankCandidate")},
+                                      "excluded": {"type": "array", "items": {"type": "object", "properties": {
+                                          "prediction": {"oneOf": [{"type": "null"}, ref("RankEntry")]}}}}}},
         "BatchResult": {"type": "object", "required": ["results", "predicted", "failed"], "properties": {
             "results": {"type": "array", "items": {"type": "object", "description":
-                        "{row, prediction} or {row, error}, in the order of the rows"}},
+                        "{row, prediction} or {row, error}, in the order of the rows", "properties": {
+                            "row": {"type": "integer"}, "prediction": ref("Prediction"), "error": ref("Error")}}},
             "predicted": {"type": "integer"}, "failed": {"type": "integer"}}},
     }
     any_list = {"type": "array", "items": {"type": "object"}}

@@ -76,8 +76,7 @@ class RankEntry(Prediction):
     def to_dict(self, prices: Prices | None = None, rank: int | None = None) -> dict[str, Any]:
         """The prediction's JSON (:meth:`Prediction.to_dict`, priced with the rank's prices) plus the rank-only
         fields; ``rank`` (1 = best) when given."""
-        out = record.to_json(self, self.prices if prices is None else prices,
-                             (*record.PREDICTION, *(o for o in record.RANK_ONLY if o.name != "rank")))
+        out = record.to_json(self, self.prices if prices is None else prices, record.rank_entry_fields())
         if rank is not None:
             out["rank"] = rank
         return out

@@ -14,6 +14,7 @@ Machine-readable outputs are in SI units (s, W, J, tokens/s; energy sub-keys nam
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any, Callable, Iterable, Mapping
 
 from .energy import Prices
@@ -171,6 +172,17 @@ TABLE_FIELDS: tuple[str, ...] = tuple(o.name for o in PREDICTION if o.table)  # 
 DEFAULT_PRICES: Prices = (None, None, 1.0, None)  # no price, no carbon intensity, PUE 1, no GPU rent
 
 
+_ENTRY: list[tuple[tuple[Out, ...], tuple[Out, ...], tuple[Out, ...]]] = []
+
+
+def rank_entry_fields() -> tuple[Out, ...]:
+    """The fields of a rank entry's JSON: :data:`PREDICTION`, then :data:`RANK_ONLY` but ``rank`` (added by the
+    ranking); one tuple while the declarations stay the same objects."""
+    if not _ENTRY or _ENTRY[0][0] is not PREDICTION or _ENTRY[0][1] is not RANK_ONLY:
+        _ENTRY[:] = [(PREDICTION, RANK_ONLY, (*PREDICTION, *(o for o in RANK_ONLY if o.name != "rank")))]
+    return _ENTRY[0][2]
+
+
 def field(name: str) -> Out:
     """The declaration of output field ``name`` (prediction, rank-only or energy key)."""
     return FIELDS[name]
@@ -180,19 +192,26 @@ def _level_key(level: float) -> str:
     return f"{int(round(level * 100))}"
 
 
-def _json_value(o: Out, value: Any) -> Any:
-    kind = o.kind
-    if kind == "intervals":
-        return {_level_key(i.level): [i.low, i.high] for i in value}
-    if kind == "strings":
-        return None if value is None else list(value)
-    if kind == "object":
-        return None if value is None else _copy(value)
-    return value
+def _intervals(value: Any) -> dict[str, list[float]]:
+    return {_level_key(i.level): [i.low, i.high] for i in value}
+
+
+def _strings(value: Any) -> list[str] | None:
+    return None if value is None else list(value)
+
+
+def _object(value: Any) -> dict[str, Any] | None:
+    """A copy (a caller may edit the answer; the prediction's own stays), nested dicts and lists included."""
+    if value is None:
+        return None
+    out = dict(value)
+    for k, v in out.items():
+        if type(v) is dict or type(v) is list:
+            out[k] = _copy(v)
+    return out
 
 
 def _copy(value: Any) -> Any:
-    """A copy of nested dicts and lists (a caller may edit the answer; the prediction's own stays)."""
     if isinstance(value, dict):
         return {k: _copy(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -200,20 +219,40 @@ def _copy(value: Any) -> Any:
     return value
 
 
+_CONVERT: dict[str, Callable[[Any], Any]] = {"intervals": _intervals, "strings": _strings, "object": _object}
+_Plan = list[tuple[str, Callable[[Any], Any], Callable[[Any], Any] | None, bool]]
+_PLANS: dict[int, tuple[tuple[Out, ...], _Plan]] = {}
+
+
+def _plan(outs: tuple[Out, ...]) -> _Plan:
+    """(name, read, convert, is energy) per field of ``outs``, built once per record tuple."""
+    hit = _PLANS.get(id(outs))
+    if hit is not None and hit[0] is outs:
+        return hit[1]
+    plan: _Plan = [(o.name, attrgetter(o.name) if o.get is None else o.get, _CONVERT.get(o.kind),
+                    o.kind == "energy") for o in outs]
+    if len(_PLANS) > 64:
+        _PLANS.clear()
+    _PLANS[id(outs)] = (outs, plan)
+    return plan
+
+
 def value_of(o: Out, p: Any) -> Any:
     """Field ``o`` of prediction ``p`` (stored attribute, or computed by ``o.get``)."""
     return getattr(p, o.name) if o.get is None else o.get(p)
 
 
-def to_json(p: Any, prices: Prices = DEFAULT_PRICES, record: Iterable[Out] | None = None) -> dict[str, Any]:
+def to_json(p: Any, prices: Prices = DEFAULT_PRICES, record: tuple[Out, ...] | None = None) -> dict[str, Any]:
     """The JSON-ready dict of prediction ``p``: every field of ``record`` (default :data:`PREDICTION`) under its
     name; ``energy`` priced with ``prices`` (usd_per_kwh, gco2_per_kwh, pue, usd_per_gpu_hour)."""
     out: dict[str, Any] = {}
-    for o in PREDICTION if record is None else record:
-        if o.kind == "energy":
-            out[o.name] = p.energy(*prices)
+    for name, read, convert, energy in _plan(PREDICTION if record is None else record):
+        if energy:
+            out[name] = p.energy(*prices)
+        elif convert is None:
+            out[name] = read(p)
         else:
-            out[o.name] = _json_value(o, value_of(o, p))
+            out[name] = convert(read(p))
     return out
 
 

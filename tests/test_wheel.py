@@ -76,7 +76,7 @@ def test_committed_wheel_matches_the_tree(built: Path) -> None:
     assert not changed, f"stale files in wheels/: {changed}; rebuild the wheel"
     names = set(fresh)
     for needed in ("wattgpu/models/power.onnx", "wattgpu/models/itl.onnx", "wattgpu/models/feature_schema.json",
-                   "wattgpu/models/specs.json", "wattgpu/predictor.py", "wattgpu/cli.py"):
+                   "wattgpu/models/specs.json", "wattgpu/predictor.py", "wattgpu/cli/__init__.py"):
         assert needed in names
 
 

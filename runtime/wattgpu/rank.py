@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from . import capacity, fleet, parallel, record
+from . import capacity, fleet, parallel, questions, record
 from . import features as F
 from .errors import (ArgumentTypeError, ModelFitError, SpecValidationError, UnsupportedModelError, WattGPUError,
                      require_type)
@@ -167,23 +167,17 @@ def check_max_model_len(max_model_len: Any, wl: Workload) -> int | None:
     """The user's ``max_model_len`` as an int of at least the workload's input + output tokens, or None."""
     if max_model_len is None:
         return None
-    if isinstance(max_model_len, bool) or not isinstance(max_model_len, (int, float)) \
-            or not math.isfinite(max_model_len) or max_model_len != int(max_model_len) or max_model_len < 1:
-        raise WattGPUError(f"max_model_len = {max_model_len!r} is invalid; expected a whole number of tokens")
+    max_model_len = questions.RANK.param("max_model_len").check(max_model_len)
     if max_model_len < wl.context_tokens:
         raise WattGPUError(f"max_model_len = {int(max_model_len)} is shorter than the workload's input + output tokens "
                            f"({wl.context_tokens}): the server would refuse these requests; raise it or shorten them")
-    if max_model_len > 1_048_576 * 2:
-        raise WattGPUError(f"max_model_len = {int(max_model_len)} is absurd; expected at most 2097152 tokens")
     return int(max_model_len)
 
 
 def check_sla_ms(max_itl_ms: Any, max_ttft_ms: Any) -> None:
-    """Refuse an SLA that is not a positive finite number of milliseconds, naming the field."""
-    for name, value in (("max_itl_ms", max_itl_ms), ("max_ttft_ms", max_ttft_ms)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                  or not math.isfinite(value) or value <= 0):
-            raise WattGPUError(f"{name} = {value!r} is invalid; expected a positive number of milliseconds")
+    """Refuse an SLA that is not a positive finite number of milliseconds, naming the field (the bounds of
+    :data:`wattgpu.questions.SLA`)."""
+    questions.RANK.check({"max_itl_ms": max_itl_ms, "max_ttft_ms": max_ttft_ms})
 
 
 def misses(p: Prediction, strict: bool, max_itl_ms: float | None, max_ttft_ms: float | None) -> str | None:
@@ -321,6 +315,10 @@ def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None 
     from .predictor import default_predictor
 
     wl = _as_workload(workload)
+    # every number bounded as declared (wattgpu.questions.RANK) before any arithmetic on it
+    questions.RANK.check({"max_itl_ms": max_itl_ms, "max_ttft_ms": max_ttft_ms, "replicas": replicas, "tp": tp,
+                          "max_utilization": max_utilization, "max_model_len": max_model_len, "usd_per_kwh": usd_per_kwh,
+                          "gco2_per_kwh": gco2_per_kwh, "pue": pue, "usd_per_gpu_hour": usd_per_gpu_hour})
     if not isinstance(sort, str) or sort not in SORT_KEYS:
         raise WattGPUError(f"sort = {sort!r} is invalid; expected one of {', '.join(SORT_KEYS)}")
     require_type("strict", strict, bool, "True or False")

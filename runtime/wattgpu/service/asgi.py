@@ -22,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
+from .. import questions as Q
 from ..answers import llms_answer, predict_answer, rank_result
 from ..errors import WattGPUError
 from . import inputs as I
@@ -169,6 +170,7 @@ def _dtype(body: dict[str, Any]) -> str:
 
 def predict_work(svc: Service, body: dict[str, Any]) -> dict[str, Any]:
     I.check_keys(body, I.PREDICT_KEYS, "predict")
+    I.check_fields(Q.PREDICT, body)
     for key in ("gpu", "llm"):
         if key not in body:
             raise ApiError(422, "missing_field", key, f"{key}: required (a catalog name or an inline JSON object)")
@@ -184,6 +186,7 @@ def predict_work(svc: Service, body: dict[str, Any]) -> dict[str, Any]:
 
 def rank_work(svc: Service, body: dict[str, Any]) -> dict[str, Any]:
     I.check_keys(body, I.RANK_KEYS, "rank")
+    I.check_fields(Q.RANK, body)
     if "llm" not in body:
         raise ApiError(422, "missing_field", "llm", "llm: required (a catalog id or an inline config.json object)")
     pred = _guard("<server>", svc.predictor)
@@ -220,6 +223,7 @@ def rank_work(svc: Service, body: dict[str, Any]) -> dict[str, Any]:
 def batch_work(svc: Service, body: dict[str, Any]) -> dict[str, Any]:
     """Many rows in one vectorised pass; a bad row answers its own error record, the others still run."""
     I.check_keys(body, I.BATCH_KEYS, "predict/batch")
+    I.check_fields(Q.BATCH, body)
     rows = body.get("rows")
     if not isinstance(rows, list) or not rows:
         raise ApiError(422, "invalid_field", "rows", "rows: expected a non-empty array of {gpu, llm, workload} objects")

@@ -1,4 +1,5 @@
-"""The JSON answers of ``wattgpu predict|rank|llms --json``, built once for the CLI and the HTTP service.
+"""The answers of predict, rank, batch and llms, built once for the CLI (``--json``), the Python API and the HTTP
+service (the questions: :mod:`wattgpu.questions`; the answers' fields: :mod:`wattgpu.record`).
 
 Each function takes resolved inputs (a Predictor, an LLM/GPU given as a name or a spec, a Workload)
 and returns the plain dict the CLI prints with ``--json``; :mod:`wattgpu.service` returns the same
@@ -6,7 +7,7 @@ dicts as HTTP bodies, so the two cannot drift apart.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from .energy import Prices
 from .errors import WattGPUError
@@ -66,6 +67,23 @@ def rank_result(predictor: Any, llm: Any, workload: Workload, *, tp_auto: bool =
 def rank_answer(predictor: Any, llm: Any, workload: Workload, **kwargs: Any) -> dict[str, Any]:
     """``wattgpu rank --json``: ``RankResult.to_dict()`` of :func:`rank_result`."""
     return rank_result(predictor, llm, workload, **kwargs)[0].to_dict()
+
+
+def batch_answer(predictor: Any, out: list[dict[str, Any] | None], rows: Sequence[Any], where: Sequence[int],
+                 prices: Prices, error_body: Callable[[WattGPUError], dict[str, Any]]) -> dict[str, Any]:
+    """``POST /v1/predict/batch`` (and any caller with resolved rows): the resolved ``rows`` (gpu, llm, workload)
+    predicted in one vectorised pass into ``out`` at positions ``where`` (slots already filled hold the error
+    records of rows that could not be read); a row that cannot be predicted gets ``error_body(err)``. Returns
+    ``{"results": [{row, prediction} | {row, error}], "predicted", "failed"}``; each prediction is
+    ``Prediction.to_dict(prices)``, the JSON of ``predict``."""
+    results = predictor.predict_specs_safe(list(rows)) if rows else []
+    for k, r in zip(where, results):
+        if isinstance(r, WattGPUError):
+            out[k] = {"row": k, **error_body(r)}
+        else:
+            out[k] = {"row": k, "prediction": r.to_dict(prices)}
+    failed = sum(1 for o in out if o is not None and "error" in o)
+    return {"results": out, "predicted": len(out) - failed, "failed": failed}
 
 
 def llms_answer(predictor: Any) -> list[dict[str, Any]]:

@@ -23,7 +23,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from .. import questions as Q
-from ..answers import llms_answer, predict_answer, rank_result
+from ..answers import batch_answer, llms_answer, predict_answer, rank_result
 from ..errors import WattGPUError
 from . import inputs as I
 from .inputs import ApiError
@@ -234,10 +234,7 @@ def batch_work(svc: Service, body: dict[str, Any]) -> dict[str, Any]:
     if defaults is not None and not isinstance(defaults, dict):
         raise ApiError(422, "invalid_field", "workload", "workload: expected an object of default workload fields")
     I.workload_input(defaults)  # bad defaults fail the request, not every row
-    prices = I.prices_input(body)
-    from ..energy import check_prices
-
-    _guard("<request>", lambda: check_prices(*prices))
+    prices = I.prices_input(body)  # bounded as declared (wattgpu.questions.PRICES)
     pred = _guard("<server>", svc.predictor)
     out: list[dict[str, Any] | None] = [None] * len(rows)
     triples, where = [], []
@@ -266,14 +263,7 @@ def batch_work(svc: Service, body: dict[str, Any]) -> dict[str, Any]:
             continue
         triples.append((g, m, w))
         where.append(k)
-    results = pred.predict_specs_safe(triples) if triples else []
-    for k, r in zip(where, results):
-        if isinstance(r, WattGPUError):
-            out[k] = {"row": k, **I.from_wattgpu_error(r).body()}
-        else:
-            out[k] = {"row": k, "prediction": r.to_dict(prices)}
-    failed = sum(1 for o in out if o is not None and "error" in o)
-    return {"results": out, "predicted": len(out) - failed, "failed": failed}
+    return batch_answer(pred, out, triples, where, prices, lambda err: I.from_wattgpu_error(err).body())
 
 
 # ---------------------------------------------------------------- the app

@@ -148,10 +148,17 @@ def test_tables_and_the_page_read_the_declaration() -> None:
     js = (REPO / "runtime" / "wattgpu" / "service" / "static" / "app.js").read_text()
     columns = re.search(r"const COLUMNS = (\[.*?\]);\n", js, re.S)
     assert columns is not None
-    for col in json.loads(columns.group(1).replace("\n", " ")):
+    cols = json.loads(columns.group(1).replace("\n", " "))
+    for col in cols:
         name, scale = col[0], (col[1] if len(col) > 1 else 1)
         o = record.field(name.split(".")[-1])
         assert math.isclose(scale, o.scale), (name, scale, o.scale)
+    page = (REPO / "runtime" / "wattgpu" / "service" / "static" / "index.html").read_text()
+    head = page[page.index("<table id=\"ranked\">"):page.index("</thead>")]
+    assert head.count("<th ") == len(cols)  # one header per declared column
+    for (name, scale, *_), th in zip([c + [1] for c in cols], re.findall(r"<th [^>]*>([^<]*)</th>", head)):
+        if record.field(name.split(".")[-1]).human_unit == "ms":
+            assert th.endswith("ms"), (name, th)
 
 
 def test_declarations_are_consistent() -> None:

@@ -9,11 +9,13 @@ from typing import Any
 import click
 
 from .. import questions as Q
+from ..record import field
 from .base import _predictor, guarded, main, num
 from .options import dtype_option, make_workload, models_option, option, options, price_options, workload_options
 from .text import bound_text, explain_power_method, ttft_text
 
 SHOWN_ROW_ERRORS = Q.SHOWN_ROW_ERRORS
+ITL = field("itl_s")  # scaled, formatted and named for people as the output declaration says (s → ms)
 
 
 @main.command()
@@ -85,7 +87,8 @@ def predict(llm: str | None, gpu: str | None, as_json: bool, usd_per_kwh: float 
         ("workload", f"{p['workload']['kind']}, engine {p['workload']['engine']}, effective batch {p['effective_batch']:.1f}"),
         ("mean power", f"{p['power_w']:.0f} W{_fmt_interval(p['power_intervals'], 1, '.0f')}"
                        + ("" if p["tp"] == 1 else f" per GPU; {p['total_power_w']:.0f} W for {p['tp']} GPUs")),
-        ("ITL (per sequence)", f"{p['itl_s'] * 1e3:.1f} ms/token{_fmt_interval(p['itl_intervals'], 1e3, '.1f')}"),
+        ("ITL (per sequence)", f"{ITL.human(p['itl_s'])} {ITL.human_unit}/token"
+                               f"{_fmt_interval(p['itl_intervals'], ITL.scale, ITL.fmt)}"),
         ("TTFT", ttft_text(p)),
         ("end-to-end latency", "unbounded (overloaded)" if p["e2e_latency_s"] is None
          else f"{p['e2e_latency_s']:.2f} s per request (TTFT + {p['workload']['output_tokens'] - 1} × ITL)"),
@@ -96,10 +99,12 @@ def predict(llm: str | None, gpu: str | None, as_json: bool, usd_per_kwh: float 
         ("energy (GPU only)", f"{num(e['j_per_token'], '.3f')} J/token, {num(e['wh_per_request'], '.3f')} Wh/request, "
                               f"{num(e['kwh_per_mtok'], '.3f')} kWh per million tokens"),
         ("baselines", f"TDP {p['baselines']['tdp_w']:.0f} W, load-scaled TDP {p['baselines']['ls_tdp_w']:.0f} W"
-                      + ("" if p["tp"] == 1 else " per GPU") + f", roofline ITL {p['baselines']['roofline_itl_s'] * 1e3:.1f} ms"),
+                      + ("" if p["tp"] == 1 else " per GPU") + f", roofline ITL {ITL.human(p['baselines']['roofline_itl_s'])} {ITL.human_unit}"),
     ]
     if p["tp"] > 1:
-        rows.insert(2, ("GPUs", f"{p['tp']} (tensor parallel; all-reduces {p['allreduce_s_per_step'] * 1e3:.2f} ms per decode step)"))
+        ar = field("allreduce_s_per_step")
+        rows.insert(2, ("GPUs", f"{p['tp']} (tensor parallel; all-reduces {ar.human(p['allreduce_s_per_step'])} "
+                                f"{ar.human_unit} per decode step)"))
     if p["idle_power_w"] is not None:
         rows.append(("idle power", f"{p['idle_power_w']:.1f} W ({p['idle_power_source']})"))
     if e["usd_per_mtok"] is not None:

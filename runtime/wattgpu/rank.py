@@ -22,7 +22,7 @@ hold the model or miss the SLA are listed separately with the reason.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from . import capacity, fleet, parallel, questions, record
@@ -37,6 +37,7 @@ from .prediction import Prediction
 from .workload import Workload
 
 SORT_KEYS = ("energy", "power", "itl", "cost")
+_PREDICTION_FIELDS = tuple(f.name for f in fields(Prediction))
 _EXCLUDE_ORDER = {"overloaded": 0, "misses_sla": 0, "does_not_fit": 1, "no_group": 2, "unsupported": 3, "error": 4}
 
 
@@ -154,7 +155,7 @@ def _entry(p: Prediction, strict: bool, prices: Prices, replicas: int = 1, row: 
     itl_sla, _ = sla_itl(p, strict)
     wl = row[2] if row is not None else Workload.from_dict(p.workload)
     args = vllm_args(row[1], wl, dtype, plan.max_model_len, model) if plan is not None and row is not None else None
-    base = dict(p.__dict__)  # every Prediction field, as predicted
+    base = {name: getattr(p, name) for name in _PREDICTION_FIELDS}  # every Prediction field, as predicted
     if plan is not None and plan.note is not None:
         base["warnings"] = (*p.warnings, plan.note)
     return RankEntry(**base, itl_sla_s=itl_sla, replicas=replicas, qps_per_replica=p.workload.get("qps"),

@@ -85,8 +85,10 @@ def test_committed_wheel_matches_the_tree(built: Path) -> None:
 # checks; the package page is docs/package.md, not the 55 KB README), so the target is missed and reported
 # as such (issue 31 plans the cut). Issue 34 ships the HTTP service in the package (wattgpu/service: 15 KB
 # compressed of Python, 5 KB of page HTML/JS/CSS; its dependencies stay in the [serve] extra): about 21 KB.
-# The test guards against further growth.
-WHEEL_BUDGET_BYTES = 385_000
+# The test guards against further growth. Issue 37 item 1-2 adds the output and request declarations
+# (wattgpu/record.py, wattgpu/questions.py: 12 KB compressed) and splits cli.py into a package (+2.5 KB): 399 KB,
+# within the issue's own target (wheel <= 400 KB).
+WHEEL_BUDGET_BYTES = 400_000
 
 
 def _runtime_requirements(wheel: Path) -> list[str]:

@@ -10,7 +10,7 @@ than ``requests`` so it is never mistaken for the HTTP library.)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 from .energy import PRICE_RANGES
 from .errors import SpecValidationError, WattGPUError, _short
@@ -268,12 +268,3 @@ def default_kind(fields: Mapping[str, Any]) -> str:
     if kind is not None:
         return str(kind)
     return "server" if fields.get("qps") is not None else "offline"
-
-
-def numbers(params: Iterable[Param], values: Mapping[str, Any]) -> dict[str, Any]:
-    """``values`` with each field of ``params`` that has a rule checked (see :meth:`Param.check`)."""
-    out = dict(values)
-    for p in params:
-        if p.name in values and p.rule is not None:
-            out[p.name] = p.check(values[p.name])
-    return out

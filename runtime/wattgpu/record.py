@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable
 
 from .energy import Prices
 
@@ -348,8 +348,3 @@ def undocumented(doc_text: str, record: Iterable[Out] | None = None) -> list[str
     outs = list((*PREDICTION, *RANK_ONLY, *ENERGY) if record is None else record)
     names = [o.name for o in outs] + [c for c in csv_columns() if c not in {o.name for o in outs}]
     return [n for n in names if f"`{n}`" not in doc_text]
-
-
-def by_name(record: Iterable[Out]) -> Mapping[str, Out]:
-    """``record`` as a name → declaration mapping."""
-    return {o.name: o for o in record}

@@ -262,7 +262,7 @@ def test_fleets_are_consistent(gpu, llm, qps, replicas, tp, sla):
         assert c.max_qps is not None and c.throughput_tok_s <= c.max_qps * res.workload.output_tokens * (1 + 1e-6)
         assert c.utilization is not None and c.utilization <= 1 + 1e-9
         assert all(math.isfinite(v) for v in (c.power_w, c.itl_s, c.fleet_power_w, c.j_per_token))
-        assert all(math.isfinite(v) for v in c.energy.values() if isinstance(v, (int, float)))
+        assert all(math.isfinite(v) for v in c.energy_figures.values() if isinstance(v, (int, float)))
         assert not any("did not converge" in w for w in c.warnings), c.warnings
 
 

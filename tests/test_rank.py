@@ -37,8 +37,8 @@ def test_candidates_sorted_by_energy_and_meet_sla(example):
     assert e == sorted(e)
     assert all(c.itl_s * 1e3 <= 50 for c in example.candidates)
     for c in example.candidates:
-        assert c.energy["kwh_per_mtok"] == pytest.approx(c.j_per_token / 3.6)
-        assert c.energy["wh_per_request"] == pytest.approx(c.j_per_token * 256 / 3600)
+        assert c.energy_figures["kwh_per_mtok"] == pytest.approx(c.j_per_token / 3.6)
+        assert c.energy_figures["wh_per_request"] == pytest.approx(c.j_per_token * 256 / 3600)
         assert c.busy_fraction < 1 and c.power_method.startswith("server mix")
         assert c.idle_power_w is not None and c.idle_power_source.split(":")[0] in ("measured", "estimated")
 
@@ -65,9 +65,11 @@ def test_to_dict_is_json_and_stable(example):
                       "usd_per_gpu_hour", "max_utilization"}
     c = d["candidates"][0]
     assert c["rank"] == 1 and c["gpu"] == d["best"]
-    assert {"power_w", "itl_ms", "itl_sla_ms", "throughput_tok_s", "energy", "power_intervals", "itl_ms_intervals",
-            "baselines", "warnings", "power_method", "idle_power_w", "idle_power_source", "ttft_ms", "e2e_latency_s",
-            "max_batch", "launch_args", "bound"} <= set(c)
+    # a candidate is a prediction (same keys, SI units) plus the rank-only keys
+    from wattgpu.record import PREDICTION, RANK_ONLY
+
+    assert set(c) == {o.name for o in (*PREDICTION, *RANK_ONLY)}
+    assert {"itl_ms", "ttft_ms", "itl_ms_intervals", "itl_sla_ms"}.isdisjoint(c)
     assert set(c["energy"]) == {"j_per_token", "j_per_request", "wh_per_request", "kwh_per_mtok", "usd_per_mtok",
                                 "gco2_per_mtok", "pue", "usd_per_mtok_gpu_hours"}
     assert set(d["excluded"][0]) == {"gpu", "tp", "reason_kind", "reason", "prediction"}
@@ -92,7 +94,8 @@ def test_strict_uses_interval_upper_bound(example):
     strict = rank(LLM, SERVER, max_itl_ms=50, strict=True)
     assert {c.gpu for c in strict.candidates} <= {c.gpu for c in example.candidates}
     for c in strict.candidates:
-        bound = c.itl_intervals.get("95", c.itl_intervals.get("80", (c.itl_s, c.itl_s)))[1]
+        levels = {round(i.level * 100): i.high for i in c.itl_intervals}  # a candidate's intervals: the Prediction's
+        bound = levels.get(95, levels.get(80, c.itl_s))
         assert c.itl_sla_s == pytest.approx(bound) and c.itl_sla_s >= c.itl_s and c.itl_sla_s * 1e3 <= 50
     assert strict.sla_basis != "point prediction" or not default_predictor().schema.intervals
 
@@ -107,8 +110,8 @@ def test_other_sort_orders(key, attr):
 def test_cost_and_carbon(example):
     r = rank(LLM, SERVER, gpus=["NVIDIA A30", "NVIDIA H100 SXM5 80GB"], usd_per_kwh=0.2, gco2_per_kwh=300, pue=1.3)
     for c in r.candidates:
-        assert c.energy["usd_per_mtok"] == pytest.approx(c.energy["kwh_per_mtok"] * 1.3 * 0.2)
-        assert c.energy["gco2_per_mtok"] == pytest.approx(c.energy["kwh_per_mtok"] * 1.3 * 300)
+        assert c.energy_figures["usd_per_mtok"] == pytest.approx(c.energy_figures["kwh_per_mtok"] * 1.3 * 0.2)
+        assert c.energy_figures["gco2_per_mtok"] == pytest.approx(c.energy_figures["kwh_per_mtok"] * 1.3 * 300)
     # same GPU, same numbers as in the whole-catalog pass
     a30 = {c.gpu: c for c in example.candidates}["NVIDIA A30"]
     assert {c.gpu: c for c in r.candidates}["NVIDIA A30"].power_w == pytest.approx(a30.power_w)

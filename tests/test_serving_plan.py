@@ -128,7 +128,7 @@ def test_70b_itl_sla_keeps_2xh200_and_1xb300_at_a_smaller_batch_cap() -> None:
         if x.reason_kind == "misses_sla":
             assert x.reason.startswith("misses SLA even at batch 1: ITL ") and x.reason.endswith("> 50 ms")
     d = res.to_dict()
-    assert all({"max_batch", "launch_args", "ttft_ms", "e2e_latency_s", "bound"} <= set(c) for c in d["candidates"])
+    assert all({"max_batch", "launch_args", "ttft_s", "e2e_latency_s", "bound"} <= set(c) for c in d["candidates"])
 
 
 def test_cli_rank_prints_ttft_cap_and_the_launch_line() -> None:

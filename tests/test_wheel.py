@@ -76,7 +76,7 @@ def test_committed_wheel_matches_the_tree(built: Path) -> None:
     assert not changed, f"stale files in wheels/: {changed}; rebuild the wheel"
     names = set(fresh)
     for needed in ("wattgpu/models/power.onnx", "wattgpu/models/itl.onnx", "wattgpu/models/feature_schema.json",
-                   "wattgpu/models/specs.json", "wattgpu/predictor.py", "wattgpu/cli.py"):
+                   "wattgpu/models/specs.json", "wattgpu/predictor.py", "wattgpu/cli/__init__.py"):
         assert needed in names
 
 
@@ -85,8 +85,8 @@ def test_committed_wheel_matches_the_tree(built: Path) -> None:
 # checks; the package page is docs/package.md, not the 55 KB README), so the target is missed and reported
 # as such (issue 31 plans the cut). Issue 34 ships the HTTP service in the package (wattgpu/service: 15 KB
 # compressed of Python, 5 KB of page HTML/JS/CSS; its dependencies stay in the [serve] extra): about 21 KB.
-# Issue 37 sets the target at ≤ 400 KB for the wheel that carries the output record, the serving package
-# and the hardened service (header deadline, upload bounds); the test holds that target.
+# Issue 37 sets the target at <= 400 KB for the wheel that carries the output and request declarations
+# (wattgpu/record.py, wattgpu/questions.py), the cli package and the hardened service; the test holds it.
 WHEEL_BUDGET_BYTES = 400_000
 
 

@@ -633,11 +633,11 @@ def check_result(value: Any) -> str | None:
             if not (math.isfinite(c.power_w) and c.power_w > 0 and math.isfinite(c.itl_s) and c.itl_s > 0):
                 return f"rank candidate {c.gpu}: power {c.power_w}, itl {c.itl_s}"
             figures = [c.throughput_tok_s, c.fleet_power_w, c.j_per_token,
-                       *(v for v in c.energy.values() if isinstance(v, (int, float)))]
+                       *(v for v in c.energy_figures.values() if isinstance(v, (int, float)))]
             if not all(math.isfinite(v) for v in figures):
                 return f"rank candidate {c.gpu}: non-finite figure in {figures}"
-            if any(not (math.isfinite(iv[0]) and math.isfinite(iv[1]))
-                   for iv in (*c.power_intervals.values(), *c.itl_intervals.values())):
+            if any(not (math.isfinite(iv.low) and math.isfinite(iv.high))
+                   for iv in (*c.power_intervals, *c.itl_intervals)):  # a candidate is a Prediction
                 return f"rank candidate {c.gpu}: non-finite interval"
             bad = _consistent(c.throughput_tok_s, c.effective_batch, c.itl_s, c.max_qps, c.utilization, False,
                               int(value.workload.output_tokens))

@@ -1,4 +1,5 @@
-"""The JSON answers of ``wattgpu predict|rank|llms --json``, built once for the CLI and the HTTP service.
+"""The answers of predict, rank, batch and llms, built once for the CLI (``--json``), the Python API and the HTTP
+service (the questions: :mod:`wattgpu.questions`; the answers' fields: :mod:`wattgpu.record`).
 
 Each function takes resolved inputs (a Predictor, an LLM/GPU given as a name or a spec, a Workload)
 and returns the plain dict the CLI prints with ``--json``; :mod:`wattgpu.service` returns the same
@@ -6,19 +7,19 @@ dicts as HTTP bodies, so the two cannot drift apart.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
+from .energy import Prices
 from .errors import WattGPUError
 from .rank import RankResult
 from .workload import Workload
 
-Prices = tuple[float | None, float | None, float, float | None]  # usd/kWh, gCO2/kWh, PUE, usd/GPU-hour
 
 
 def predict_answer(predictor: Any, gpu: Any, llm: Any, workload: Workload, *, dtype: str = "auto",
                    max_itl_ms: float | None = None, max_ttft_ms: float | None = None,
                    prices: Prices = (None, None, 1.0, None)) -> dict[str, Any]:
-    """``wattgpu predict --json``: ``Prediction.to_dict()`` plus ``energy``, and ``sla`` only when an SLA is
+    """``wattgpu predict --json``: ``Prediction.to_dict(prices)``, and ``sla`` only when an SLA is
     given (the batch cap 1, 2, 4, … that meets it at the lowest energy per token)."""
     from .quant import with_dtype
 
@@ -38,10 +39,9 @@ def predict_answer(predictor: Any, gpu: Any, llm: Any, workload: Workload, *, dt
                "max_batch": chosen[2].max_batch, "reason": why}
     else:
         pred = predictor.predict(gpu, spec, workload)
-    p: dict[str, Any] = pred.to_dict()
+    p: dict[str, Any] = pred.to_dict(prices)
     if sla is not None:
-        p["sla"] = sla  # only with an SLA: otherwise the JSON equals Prediction.to_dict()
-    p["energy"] = pred.energy(*prices)
+        p["sla"] = sla  # only with an SLA: otherwise the JSON equals Prediction.to_dict(prices)
     return p
 
 
@@ -67,6 +67,29 @@ def rank_result(predictor: Any, llm: Any, workload: Workload, *, tp_auto: bool =
 def rank_answer(predictor: Any, llm: Any, workload: Workload, **kwargs: Any) -> dict[str, Any]:
     """``wattgpu rank --json``: ``RankResult.to_dict()`` of :func:`rank_result`."""
     return rank_result(predictor, llm, workload, **kwargs)[0].to_dict()
+
+
+def batch_answer(predictor: Any, out: list[dict[str, Any] | None], rows: Sequence[Any], where: Sequence[int],
+                 prices: Prices, error_body: Callable[[WattGPUError], dict[str, Any]],
+                 between_chunks: Callable[[], None] = lambda: None, chunk: int = 1000) -> dict[str, Any]:
+    """``POST /v1/predict/batch`` (and any caller with resolved rows): the resolved ``rows`` (gpu, llm, workload)
+    predicted in one vectorised pass into ``out`` at positions ``where`` (slots already filled hold the error
+    records of rows that could not be read); a row that cannot be predicted gets ``error_body(err)``. Returns
+    ``{"results": [{row, prediction} | {row, error}], "predicted", "failed"}``; each prediction is
+    ``Prediction.to_dict(prices)``, the JSON of ``predict``. ``between_chunks`` runs before each ``chunk`` rows
+    (the service stops a timed-out request there)."""
+    rows = list(rows)
+    results: list[Any] = []
+    for start in range(0, len(rows), chunk):
+        between_chunks()
+        results.extend(predictor.predict_specs_safe(rows[start:start + chunk]))
+    for k, r in zip(where, results):
+        if isinstance(r, WattGPUError):
+            out[k] = {"row": k, **error_body(r)}
+        else:
+            out[k] = {"row": k, "prediction": r.to_dict(prices)}
+    failed = sum(1 for o in out if o is not None and "error" in o)
+    return {"results": out, "predicted": len(out) - failed, "failed": failed}
 
 
 def llms_answer(predictor: Any) -> list[dict[str, Any]]:

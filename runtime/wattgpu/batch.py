@@ -23,6 +23,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import IO, Any, Callable, Iterator, Sequence
 
+from . import record
 from .errors import (ArtifactError, ConfigFileError, ModelFitError, SpecValidationError, UnknownEntityError,
                      UnsupportedModelError, WattGPUError)
 from .safeio import check_path_type, open_regular, wide_encoding, write_problem
@@ -38,13 +39,7 @@ CACHE_LIMIT = 4096  # distinct names / workload cells remembered; cleared when e
 KIND_COLUMNS = ("workload", "kind")
 WORKLOAD_COLUMNS = tuple(WORKLOAD_NUMBERS) + tuple(c for c in WORKLOAD_CHOICES if c != "kind")
 INPUT_COLUMNS = ("llm", "gpu", "dtype") + KIND_COLUMNS + WORKLOAD_COLUMNS  # dtype: the weight dtype as served (as --dtype)
-OUTPUT_COLUMNS = (
-    "gpu_resolved", "llm_resolved", "power_w", "itl_s", "throughput_tok_s", "energy_per_token_j", "energy_per_request_j", "wh_per_request",
-    "kwh_per_mtok", "usd_per_mtok", "gco2_per_mtok", "effective_batch", "busy_fraction", "power_method",
-    "idle_power_w", "power_80_low", "power_80_high", "itl_80_low", "itl_80_high", "max_qps", "utilization",
-    "max_concurrency", "overloaded", "warnings", "tp", "total_power_w", "calibration", "ttft_s", "e2e_latency_s",
-    "bound", "usd_per_mtok_gpu_hours",
-)
+OUTPUT_COLUMNS = record.csv_columns()  # the prediction fields as CSV cells (wattgpu.record); then "error"
 
 
 # Spellings other tools use for an input column (vLLM's flags and benchmark fields among them).
@@ -68,7 +63,7 @@ def check_columns(cols: Sequence[str], path: str, lenient: bool = False,
     column is then copied through)."""
     import difflib
 
-    known = set(INPUT_COLUMNS) | set(OUTPUT_COLUMNS) | {"error"}
+    known = set(INPUT_COLUMNS) | set(record.csv_columns()) | {"error"}
     for c in cols:
         if c in known:
             continue
@@ -346,29 +341,6 @@ def _short_value(value: Any) -> str:
     return _short(value)
 
 
-def _out_fields(p: Any, prices: Prices) -> dict[str, Any]:
-    e = p.energy(*prices)
-    iv_p = {round(i.level * 100): i for i in p.power_intervals}
-    iv_i = {round(i.level * 100): i for i in p.itl_intervals}
-    return {
-        "gpu_resolved": p.gpu, "llm_resolved": p.llm, "power_w": p.power_w, "itl_s": p.itl_s, "throughput_tok_s": p.throughput_tok_s,
-        "energy_per_token_j": p.energy_per_token_j, "energy_per_request_j": p.energy_per_request_j,
-        "wh_per_request": e["wh_per_request"], "kwh_per_mtok": e["kwh_per_mtok"],
-        "usd_per_mtok": "" if e["usd_per_mtok"] is None else e["usd_per_mtok"],
-        "gco2_per_mtok": "" if e["gco2_per_mtok"] is None else e["gco2_per_mtok"],
-        "effective_batch": p.effective_batch, "busy_fraction": p.busy_fraction, "power_method": p.power_method,
-        "idle_power_w": "" if p.idle_power_w is None else p.idle_power_w,
-        "power_80_low": iv_p[80].low if 80 in iv_p else "", "power_80_high": iv_p[80].high if 80 in iv_p else "",
-        "itl_80_low": iv_i[80].low if 80 in iv_i else "", "itl_80_high": iv_i[80].high if 80 in iv_i else "",
-        "max_qps": p.max_qps, "utilization": p.utilization, "max_concurrency": p.max_concurrency,
-        "overloaded": "true" if p.overloaded else "false", "warnings": " | ".join(p.warnings), "tp": p.tp, "total_power_w": p.total_power_w,
-        "calibration": "" if p.calibration is None else p.calibration["summary"],
-        "ttft_s": "" if p.ttft_s is None else p.ttft_s, "e2e_latency_s": "" if p.e2e_latency_s is None else p.e2e_latency_s,
-        "bound": p.bound.get("kind", ""),
-        "usd_per_mtok_gpu_hours": "" if e["usd_per_mtok_gpu_hours"] is None else e["usd_per_mtok_gpu_hours"],
-    }
-
-
 @dataclass
 class BatchSummary:
     """What a batch run did: rows read, predicted and skipped (by reason)."""
@@ -481,7 +453,7 @@ def predict_csv(in_path: str, out_path: str, on_error: str = "skip", defaults: W
         try:
             cols, rows = _rows(f, str(shown))
             check_columns(cols, str(shown), lenient, report)
-            fields = cols + [c for c in OUTPUT_COLUMNS if c not in cols]
+            fields = cols + [c for c in record.csv_columns() if c not in cols]
             fields += [] if "error" in fields else ["error"]
             err_fo: IO[str] | None = None
             if err_out is not None:
@@ -566,7 +538,7 @@ def _write_rows(fo: IO[str], fields: list[str], results: Iterator[tuple[int, dic
             rec["error"] = getattr(r, "problem", str(r))
         else:
             summary.predicted += 1
-            rec.update(_out_fields(r, prices))
+            rec.update(record.csv_cells(r, prices))
             rec["error"] = ""
         w.writerow(rec)
 

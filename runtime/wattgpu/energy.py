@@ -14,7 +14,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .errors import WattGPUError
+from .errors import WattGPUError, _short
+from .rules import fmt_bound
 
 J_PER_KWH = 3.6e6
 J_PER_WH = 3600.0
@@ -23,21 +24,31 @@ Prices = tuple[float | None, float | None, float, float | None]
 MAX_USD_PER_GPU_HOUR = 1000.0  # a rented GPU-hour above this is a typo (list prices are $0.2–$15)
 
 
-def _check(name: str, value: float | None, lo: float, hi: float) -> None:
+# The accepted range of each price input: the one definition (the request declarations in wattgpu.questions
+# read it too).
+PRICE_RANGES: dict[str, tuple[float, float]] = {"usd_per_kwh": (0.0, 100.0), "gco2_per_kwh": (0.0, 5000.0),
+                                                "pue": (1.0, 5.0), "usd_per_gpu_hour": (0.0, MAX_USD_PER_GPU_HOUR)}
+
+
+def _check(name: str, value: float | None) -> None:
     if value is None:
         return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or not lo <= value <= hi:
-        raise WattGPUError(f"{name} = {value!r} is invalid; expected a finite number in [{lo:g}, {hi:g}]")
+    lo, hi = PRICE_RANGES[name]
+    try:
+        ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value) \
+            and lo <= value <= hi
+    except OverflowError:  # an integer too large for a float (400 digits of JSON)
+        ok = False
+    if not ok:
+        raise WattGPUError(f"{name} = {_short(value)} is invalid; expected a finite number in "
+                           f"[{fmt_bound(lo)}, {fmt_bound(hi)}]")
 
 
 def check_prices(usd_per_kwh: float | None, gco2_per_kwh: float | None, pue: float,
                  usd_per_gpu_hour: float | None = None) -> None:
     """Validate the cost/carbon inputs (one-line WattGPUError naming the bad one)."""
-    _check("usd_per_kwh", usd_per_kwh, 0.0, 100.0)
-    _check("gco2_per_kwh", gco2_per_kwh, 0.0, 5000.0)
-    _check("pue", pue, 1.0, 5.0)
-    _check("usd_per_gpu_hour", usd_per_gpu_hour, 0.0, MAX_USD_PER_GPU_HOUR)
+    for name, value in zip(PRICE_RANGES, (usd_per_kwh, gco2_per_kwh, pue, usd_per_gpu_hour)):
+        _check(name, value)
 
 
 def energy_figures(power_w: Any, s_per_token: Any, output_tokens: Any, usd_per_kwh: float | None = None,

@@ -1,8 +1,10 @@
 """The typed result of one prediction."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
+
+from . import record
 
 
 @dataclass(frozen=True)
@@ -72,15 +74,10 @@ class Prediction:
         """Mean power of the whole tensor-parallel group: per-GPU ``power_w`` × ``tp``."""
         return self.power_w * self.tp
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (stable keys)."""
-        out = asdict(self)
-        out["power_intervals"] = {f"{int(i.level * 100)}": [i.low, i.high] for i in self.power_intervals}
-        out["itl_intervals"] = {f"{int(i.level * 100)}": [i.low, i.high] for i in self.itl_intervals}
-        out["warnings"] = list(self.warnings)
-        out["total_power_w"] = self.total_power_w
-        out["energy"] = self.energy()
-        return out
+    def to_dict(self, prices: record.Prices = record.DEFAULT_PRICES) -> dict[str, Any]:
+        """JSON-ready dict: every field of :data:`wattgpu.record.PREDICTION` under its name (stable keys);
+        ``energy`` priced with ``prices`` = (usd_per_kwh, gco2_per_kwh, pue, usd_per_gpu_hour)."""
+        return record.to_json(self, prices)
 
     def energy(self, usd_per_kwh: float | None = None, gco2_per_kwh: float | None = None,
                pue: float = 1.0, usd_per_gpu_hour: float | None = None) -> dict[str, Any]:

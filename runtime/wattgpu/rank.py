@@ -8,16 +8,10 @@ hold the model or miss the SLA are listed separately with the reason.
 - ``llm``, ``workload`` (the Workload fields), ``tp`` (the group size asked for, or ``"auto"``), ``sort`` (``energy`` | ``power`` | ``itl``),
   ``max_itl_ms`` (null = no SLA), ``strict``, ``sla_basis`` (``point`` or the interval bound used),
   ``usd_per_kwh``, ``gco2_per_kwh``, ``pue``, ``best`` (GPU name of the first candidate or null);
-- ``candidates``: list, best first, of entries with ``rank``, ``gpu``, ``power_w``, ``itl_ms``,
-  ``itl_sla_ms`` (the ITL figure compared with the SLA), ``throughput_tok_s``, ``effective_batch``,
-  ``busy_fraction``, ``energy`` (``j_per_token``, ``j_per_request``, ``wh_per_request``,
-  ``kwh_per_mtok``, ``usd_per_mtok``, ``gco2_per_mtok``, ``pue``), ``power_intervals`` and
-  ``itl_ms_intervals`` ({"80": [low, high], "95": [...]}), ``baselines``, ``power_method``,
-  ``idle_power_w``, ``idle_power_source``, ``warnings``, ``max_qps``, ``utilization``,
-  ``max_concurrency``, ``replicas``, ``qps_per_replica``, ``fleet_power_w`` (replicas × ``tp`` ×
-  ``power_w``), ``tp`` (GPUs in the tensor-parallel group), ``total_power_w`` (the group's; ``power_w``
-  is per GPU), ``ttft_ms``, ``e2e_latency_s``, ``bound``, ``max_batch`` (the batch cap, searched with an SLA),
-  ``launch_args`` (the ``vllm serve`` argument list, or null for other engines);
+- ``candidates``: list, best first, of entries: every key of a prediction (``Prediction.to_dict()``, same names
+  and SI units; ``energy`` priced with the rank's prices) plus the rank-only keys of
+  :data:`wattgpu.record.RANK_ONLY` (``rank``, ``itl_sla_s``, ``replicas``, ``qps_per_replica``, ``fleet_power_w``,
+  ``max_batch``, ``launch_args``, ``max_model_len``, ``kv_sequences_at_max_model_len``, ``measured_in_training``);
 - ``max_ttft_ms``, ``usd_per_gpu_hour``, ``max_utilization`` (the fleet's utilization target, null without replicas);
 - ``excluded``: list of ``gpu``, ``tp``, ``reason_kind`` (``does_not_fit`` | ``misses_sla`` | ``overloaded`` |
   ``no_group`` | ``unsupported`` | ``error``), ``reason`` (one line) and ``prediction`` (the entry as above when one
@@ -28,11 +22,11 @@ hold the model or miss the SLA are listed separately with the reason.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache, partial
 from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
-from . import capacity, fleet, parallel
+from . import capacity, fleet, parallel, questions, record
 from . import features as F
 from .errors import (ArgumentTypeError, ModelFitError, SpecValidationError, UnsupportedModelError, WattGPUError,
                      require_type)
@@ -45,76 +39,49 @@ from .predictor import Predictor, default_predictor
 from .workload import Workload
 
 SORT_KEYS = ("energy", "power", "itl", "cost")
+_PREDICTION_FIELDS = tuple(f.name for f in fields(Prediction))
 _EXCLUDE_ORDER = {"overloaded": 0, "misses_sla": 0, "does_not_fit": 1, "no_group": 2, "unsupported": 3, "error": 4}
 
 
 @dataclass(frozen=True)
-class RankEntry:
-    """One GPU's predicted operating point for the ranked LLM and workload."""
+class RankEntry(Prediction):
+    """One GPU's predicted operating point for the ranked LLM and workload: the :class:`Prediction` (every
+    field, same names and units) plus the rank-only fields declared in :data:`wattgpu.record.RANK_ONLY`.
 
-    gpu: str
-    power_w: float
-    itl_s: float
-    itl_sla_s: float
-    throughput_tok_s: float
-    effective_batch: float
-    busy_fraction: float
-    energy: Mapping[str, Any]
-    power_method: str
-    idle_power_w: float | None
-    idle_power_source: str | None
-    power_intervals: Mapping[str, tuple[float, float]]
-    itl_intervals: Mapping[str, tuple[float, float]]
-    baselines: Mapping[str, float]
-    warnings: tuple[str, ...]
-    max_qps: float | None = None
-    utilization: float | None = None
-    max_concurrency: int | None = None
+    ``prices`` are the rank's (usd_per_kwh, gco2_per_kwh, pue, usd_per_gpu_hour): ``energy_figures`` and the
+    JSON's ``energy`` are priced with them."""
+
+    itl_sla_s: float = math.nan
     replicas: int = 1
     qps_per_replica: float | None = None
-    tp: int = 1
-    calibration: Mapping[str, Any] | None = None  # a calibrated bundle's note (Prediction.calibration)
-    ttft_s: float | None = None
-    e2e_latency_s: float | None = None
     max_batch: int = 256
     launch_args: tuple[str, ...] | None = None
-    bound: Mapping[str, Any] = field(default_factory=dict)
     max_model_len: int | None = None
-    kv_sequences: int | None = None
+    kv_sequences_at_max_model_len: int | None = None
     measured_in_training: bool | None = None  # the models were trained on measurements of this GPU
+    prices: Prices = record.DEFAULT_PRICES
 
     @property
     def j_per_token(self) -> float:
-        return float(self.energy["j_per_token"])
+        """Energy per token of the group (J): ``total_power_w`` × ``system_s_per_token``."""
+        return self.total_power_w * self.system_s_per_token
 
     @property
-    def total_power_w(self) -> float:
-        """Power of one whole tensor-parallel group (``power_w`` is per GPU)."""
-        return self.power_w * self.tp
+    def energy_figures(self) -> dict[str, Any]:
+        """The ``energy`` figures at the rank's ``prices`` (:meth:`Prediction.energy`)."""
+        return self.energy(*self.prices)
 
     @property
     def fleet_power_w(self) -> float:
         """Mean power of all replicas (each a group of ``tp`` GPUs) together (W)."""
         return self.replicas * self.total_power_w
 
-    def to_dict(self, rank: int | None = None) -> dict[str, Any]:
-        out: dict[str, Any] = {} if rank is None else {"rank": rank}
-        out.update({
-            "gpu": self.gpu, "tp": self.tp, "total_power_w": self.total_power_w, "power_w": self.power_w, "itl_ms": self.itl_s * 1e3, "itl_sla_ms": self.itl_sla_s * 1e3,
-            "throughput_tok_s": self.throughput_tok_s, "effective_batch": self.effective_batch,
-            "busy_fraction": self.busy_fraction, "energy": dict(self.energy), "power_method": self.power_method,
-            "idle_power_w": self.idle_power_w, "idle_power_source": self.idle_power_source,
-            "power_intervals": {k: list(v) for k, v in self.power_intervals.items()},
-            "itl_ms_intervals": {k: [v[0] * 1e3, v[1] * 1e3] for k, v in self.itl_intervals.items()},
-            "baselines": dict(self.baselines), "warnings": list(self.warnings),
-            "max_qps": self.max_qps, "utilization": self.utilization, "max_concurrency": self.max_concurrency,
-            "replicas": self.replicas, "qps_per_replica": self.qps_per_replica, "fleet_power_w": self.fleet_power_w,
-            "calibration": None if self.calibration is None else dict(self.calibration),
-            "ttft_ms": None if self.ttft_s is None else self.ttft_s * 1e3, "e2e_latency_s": self.e2e_latency_s,
-            "max_batch": self.max_batch, "launch_args": None if self.launch_args is None else list(self.launch_args),
-            "bound": dict(self.bound), "max_model_len": self.max_model_len,
-            "kv_sequences_at_max_model_len": self.kv_sequences, "measured_in_training": self.measured_in_training,
-        })
+    def to_dict(self, prices: Prices | None = None, rank: int | None = None) -> dict[str, Any]:
+        """The prediction's JSON (:meth:`Prediction.to_dict`, priced with the rank's prices) plus the rank-only
+        fields; ``rank`` (1 = best) when given."""
+        out = record.to_json(self, self.prices if prices is None else prices, record.rank_entry_fields())
+        if rank is not None:
+            out["rank"] = rank
         return out
 
 
@@ -190,41 +157,30 @@ def _entry(p: Prediction, strict: bool, prices: Prices, replicas: int = 1, row: 
     itl_sla, _ = sla_itl(p, strict)
     wl = row[2] if row is not None else Workload.from_dict(p.workload)
     args = vllm_args(row[1], wl, dtype, plan.max_model_len, model) if plan is not None and row is not None else None
-    warnings = p.warnings if plan is None or plan.note is None else (*p.warnings, plan.note)
-    return RankEntry(
-        gpu=p.gpu, power_w=p.power_w, itl_s=p.itl_s, itl_sla_s=itl_sla, throughput_tok_s=p.throughput_tok_s,
-        effective_batch=p.effective_batch, busy_fraction=p.busy_fraction, energy=p.energy(*prices),
-        power_method=p.power_method, idle_power_w=p.idle_power_w, idle_power_source=p.idle_power_source,
-        power_intervals={_level_key(i.level): (i.low, i.high) for i in p.power_intervals},
-        itl_intervals={_level_key(i.level): (i.low, i.high) for i in p.itl_intervals},
-        baselines=dict(p.baselines), warnings=warnings, max_qps=p.max_qps, utilization=p.utilization,
-        max_concurrency=p.max_concurrency, replicas=replicas, qps_per_replica=p.workload.get("qps"), tp=p.tp,
-        calibration=p.calibration, ttft_s=p.ttft_s, e2e_latency_s=p.e2e_latency_s, max_batch=int(wl.max_batch),
-        launch_args=None if args is None else tuple(args), bound=dict(p.bound),
-        max_model_len=None if plan is None else plan.max_model_len, kv_sequences=None if plan is None else plan.kv_sequences)
+    base = {name: getattr(p, name) for name in _PREDICTION_FIELDS}  # every Prediction field, as predicted
+    if plan is not None and plan.note is not None:
+        base["warnings"] = (*p.warnings, plan.note)
+    return RankEntry(**base, itl_sla_s=itl_sla, replicas=replicas, qps_per_replica=p.workload.get("qps"),
+                     max_batch=int(wl.max_batch), launch_args=None if args is None else tuple(args),
+                     max_model_len=None if plan is None else plan.max_model_len,
+                     kv_sequences_at_max_model_len=None if plan is None else plan.kv_sequences, prices=prices)
 
 
 def check_max_model_len(max_model_len: Any, wl: Workload) -> int | None:
     """The user's ``max_model_len`` as an int of at least the workload's input + output tokens, or None."""
     if max_model_len is None:
         return None
-    if isinstance(max_model_len, bool) or not isinstance(max_model_len, (int, float)) \
-            or not math.isfinite(max_model_len) or max_model_len != int(max_model_len) or max_model_len < 1:
-        raise WattGPUError(f"max_model_len = {max_model_len!r} is invalid; expected a whole number of tokens")
+    max_model_len = questions.RANK.param("max_model_len").check(max_model_len)
     if max_model_len < wl.context_tokens:
         raise WattGPUError(f"max_model_len = {int(max_model_len)} is shorter than the workload's input + output tokens "
                            f"({wl.context_tokens}): the server would refuse these requests; raise it or shorten them")
-    if max_model_len > 1_048_576 * 2:
-        raise WattGPUError(f"max_model_len = {int(max_model_len)} is absurd; expected at most 2097152 tokens")
     return int(max_model_len)
 
 
 def check_sla_ms(max_itl_ms: Any, max_ttft_ms: Any) -> None:
-    """Refuse an SLA that is not a positive finite number of milliseconds, naming the field."""
-    for name, value in (("max_itl_ms", max_itl_ms), ("max_ttft_ms", max_ttft_ms)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                  or not math.isfinite(value) or value <= 0):
-            raise WattGPUError(f"{name} = {value!r} is invalid; expected a positive number of milliseconds")
+    """Refuse an SLA that is not a positive finite number of milliseconds, naming the field (the bounds of
+    :data:`wattgpu.questions.SLA`)."""
+    questions.RANK.check({"max_itl_ms": max_itl_ms, "max_ttft_ms": max_ttft_ms})
 
 
 def misses(p: Prediction, strict: bool, max_itl_ms: float | None, max_ttft_ms: float | None) -> str | None:
@@ -345,12 +301,6 @@ def search_caps(pred: Any, rows: Sequence[tuple[Any, Any, Workload]], first: Seq
     return out
 
 
-@lru_cache(maxsize=64)
-def _level_key(level: float) -> str:
-    """"80" for 0.8: the key of an interval level in the JSON."""
-    return f"{int(round(level * 100))}"
-
-
 def _sort_key(sort: str) -> Callable[[RankEntry], tuple[Any, ...]]:
     if sort == "energy":
         return lambda e: (e.j_per_token, e.gpu, e.tp)
@@ -359,7 +309,7 @@ def _sort_key(sort: str) -> Callable[[RankEntry], tuple[Any, ...]]:
     if sort == "power":
         return lambda e: (e.total_power_w, e.gpu, e.tp)
     if sort == "cost":
-        return lambda e: (cost_per_mtok(e.energy), e.j_per_token, e.gpu, e.tp)
+        return lambda e: (cost_per_mtok(e.energy_figures), e.j_per_token, e.gpu, e.tp)
     return lambda e: (e.itl_s, e.gpu, e.tp)
 
 
@@ -403,6 +353,10 @@ def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None 
     ``dtype`` overrides the checkpoint's weight dtype (see :func:`wattgpu.quant.with_dtype`).
     """
     wl = _as_workload(workload)
+    # every number bounded as declared (wattgpu.questions.RANK) before any arithmetic on it
+    questions.RANK.check({"max_itl_ms": max_itl_ms, "max_ttft_ms": max_ttft_ms, "replicas": replicas, "tp": tp,
+                          "max_utilization": max_utilization, "max_model_len": max_model_len, "usd_per_kwh": usd_per_kwh,
+                          "gco2_per_kwh": gco2_per_kwh, "pue": pue, "usd_per_gpu_hour": usd_per_gpu_hour})
     if not isinstance(sort, str) or sort not in SORT_KEYS:
         raise WattGPUError(f"sort = {sort!r} is invalid; expected one of {', '.join(SORT_KEYS)}")
     require_type("strict", strict, bool, "True or False")

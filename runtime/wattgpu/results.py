@@ -9,7 +9,7 @@ import numpy as np
 
 from . import capacity
 from . import features as F
-from . import latency, ops, physics
+from . import latency, ops, physics, record
 from .assemble import Evaluate, Row
 from .assemble import take as assemble_take
 from .bundle import ModelBundle
@@ -26,9 +26,7 @@ from .workload import KINDS
 ROW_COLUMNS = ("fit_batch", "roofline_itl_s", "comm_s", "idle_power_w")  # the feature columns prediction() reads
 SERVER_CODE = float(KINDS.index("server"))  # wl_kind_code of a Poisson-server row
 OFFLINE_CODE = float(KINDS.index("offline"))
-TABLE_FIELDS = ("power_w", "itl_s", "system_s_per_token", "throughput_tok_s", "energy_per_token_j",
-                "energy_per_request_j", "effective_batch", "busy_fraction", "max_qps", "utilization",
-                "max_concurrency", "ttft_s", "e2e_latency_s")
+TABLE_FIELDS = record.TABLE_FIELDS  # the number columns of predict_table, declared in wattgpu.record
 CLOSED_LOOP_CODE = float(KINDS.index("closed_loop"))
 Core = dict[str, np.ndarray]
 Mix = dict[int, dict[str, Any]]

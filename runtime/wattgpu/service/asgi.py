@@ -25,7 +25,8 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from ..answers import llms_answer, predict_answer, rank_result
+from .. import questions as Q
+from ..answers import batch_answer, llms_answer, predict_answer, rank_result
 from ..errors import WattGPUError
 from . import inputs as I
 from .inputs import ApiError
@@ -225,6 +226,7 @@ def _dtype(body: dict[str, Any]) -> str:
 
 def predict_work(svc: Service, body: dict[str, Any]) -> dict[str, Any]:
     I.check_keys(body, I.PREDICT_KEYS, "predict")
+    I.check_fields(Q.PREDICT, body)
     for key in ("gpu", "llm"):
         if key not in body:
             raise ApiError(422, "missing_field", key, f"{key}: required (a catalog name or an inline JSON object)")
@@ -240,6 +242,7 @@ def predict_work(svc: Service, body: dict[str, Any]) -> dict[str, Any]:
 
 def rank_work(svc: Service, body: dict[str, Any]) -> dict[str, Any]:
     I.check_keys(body, I.RANK_KEYS, "rank")
+    I.check_fields(Q.RANK, body)
     if "llm" not in body:
         raise ApiError(422, "missing_field", "llm", "llm: required (a catalog id or an inline config.json object)")
     pred = _guard("<server>", svc.predictor)
@@ -276,6 +279,7 @@ def rank_work(svc: Service, body: dict[str, Any]) -> dict[str, Any]:
 def batch_work(svc: Service, body: dict[str, Any]) -> dict[str, Any]:
     """Many rows in one vectorised pass; a bad row answers its own error record, the others still run."""
     I.check_keys(body, I.BATCH_KEYS, "predict/batch")
+    I.check_fields(Q.BATCH, body)
     rows = body.get("rows")
     if not isinstance(rows, list) or not rows:
         raise ApiError(422, "invalid_field", "rows", "rows: expected a non-empty array of {gpu, llm, workload} objects")
@@ -286,10 +290,7 @@ def batch_work(svc: Service, body: dict[str, Any]) -> dict[str, Any]:
     if defaults is not None and not isinstance(defaults, dict):
         raise ApiError(422, "invalid_field", "workload", "workload: expected an object of default workload fields")
     I.workload_input(defaults)  # bad defaults fail the request, not every row
-    prices = I.prices_input(body)
-    from ..energy import check_prices
-
-    _guard("<request>", lambda: check_prices(*prices))
+    prices = I.prices_input(body)  # bounded as declared (wattgpu.questions.PRICES)
     pred = _guard("<server>", svc.predictor)
     out: list[dict[str, Any] | None] = [None] * len(rows)
     triples, where = [], []
@@ -319,19 +320,8 @@ def batch_work(svc: Service, body: dict[str, Any]) -> dict[str, Any]:
             continue
         triples.append((g, m, w))
         where.append(k)
-    results: list[Any] = []
-    for start in range(0, len(triples), BATCH_CHUNK):  # a timed-out batch stops at the next chunk
-        check_cancelled()
-        results.extend(pred.predict_specs_safe(triples[start:start + BATCH_CHUNK]))
-    for k, r in zip(where, results):
-        if isinstance(r, WattGPUError):
-            out[k] = {"row": k, **I.from_wattgpu_error(r).body()}
-        else:
-            d = r.to_dict()
-            d["energy"] = r.energy(*prices)
-            out[k] = {"row": k, "prediction": d}
-    failed = sum(1 for o in out if o is not None and "error" in o)
-    return {"results": out, "predicted": len(out) - failed, "failed": failed}
+    return batch_answer(pred, out, triples, where, prices, lambda err: I.from_wattgpu_error(err).body(),
+                        between_chunks=check_cancelled, chunk=BATCH_CHUNK)
 
 
 # ---------------------------------------------------------------- the app

@@ -6,7 +6,6 @@ string written as a path is refused before any filesystem call.
 """
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from dataclasses import field as dc_field
@@ -14,17 +13,18 @@ from typing import Any, Callable, Mapping
 
 from ..errors import (AmbiguousNameError, ArtifactError, ConfigFileError, ModelFitError, SpecValidationError,
                       UnknownEntityError, UnsupportedModelError, WattGPUError, _short)
+from .. import questions as Q
 from ..specs import GpuSpec, LlmSpec
 from ..workload import Workload
 
 MAX_BODY_BYTES = 1 << 20  # 1 MiB
 MAX_BATCH_ROWS = 10_000
-PRICE_KEYS = ("usd_per_kwh", "gco2_per_kwh", "pue", "usd_per_gpu_hour")
-SLA_KEYS = ("max_itl_ms", "max_ttft_ms", "max_itl_s", "max_ttft_s")
-PREDICT_KEYS = frozenset({"gpu", "llm", "workload", "dtype", "sla", *PRICE_KEYS})
-RANK_KEYS = frozenset({"llm", "workload", "dtype", "sla", "gpus", "tp", "replicas", "max_utilization", "strict",
-                       "sort", "max_model_len", *PRICE_KEYS})
-BATCH_KEYS = frozenset({"rows", "workload", *PRICE_KEYS})
+# The accepted keys come from the request declarations (wattgpu.questions), as do the bounds checked below.
+PRICE_KEYS = tuple(p.name for p in Q.PRICES)
+SLA_KEYS = tuple(sorted(Q.PREDICT.nested_keys("sla")))
+PREDICT_KEYS = Q.PREDICT.body_keys()
+RANK_KEYS = Q.RANK.body_keys()
+BATCH_KEYS = Q.BATCH.body_keys()
 BATCH_ROW_KEYS = frozenset({"gpu", "llm", "workload"})
 
 
@@ -207,8 +207,7 @@ def workload_input(value: Any, what: str = "workload", defaults: Mapping[str, An
         raise ApiError(422, "invalid_field", what,
                        f"{what}: expected an object of workload fields, got a JSON {_json_kind(value)}")
     fields = {**(defaults or {}), **value}
-    if "kind" not in fields:
-        fields["kind"] = "server" if fields.get("qps") is not None else "offline"
+    fields["kind"] = Q.default_kind(fields)
     try:
         return Workload.from_dict(fields)
     except WattGPUError as exc:
@@ -220,7 +219,7 @@ def workload_input(value: Any, what: str = "workload", defaults: Mapping[str, An
 
 def sla_input(value: Any) -> tuple[float | None, float | None]:
     """``sla`` as (max ITL ms, max TTFT ms): ``max_itl_ms``/``max_ttft_ms``, or the same in seconds
-    (``max_itl_s``/``max_ttft_s``); at most one unit per limit."""
+    (``max_itl_s``/``max_ttft_s``); at most one unit per limit; each bounded as declared (:mod:`wattgpu.questions`)."""
     if value is None:
         return None, None
     if not isinstance(value, dict):
@@ -232,16 +231,28 @@ def sla_input(value: Any) -> tuple[float | None, float | None]:
         if ms is not None and s is not None:
             raise ApiError(422, "invalid_field", f"sla.max_{name}_s",
                            f"sla: give max_{name}_ms or max_{name}_s, not both")
-        for key, given, unit in ((f"max_{name}_ms", ms, "milliseconds"), (f"max_{name}_s", s, "seconds")):
-            if given is not None and (isinstance(given, bool) or not isinstance(given, (int, float))
-                                      or not math.isfinite(given) or given <= 0):
-                raise ApiError(422, "invalid_field", f"sla.{key}",
-                               f"sla.{key} = {_short(given)} is invalid; expected a positive number of {unit}")
-        out.append(s * 1e3 if s is not None else ms)
+        ms = checked(Q.PREDICT.param(f"max_{name}_ms"), ms)
+        if s is not None:
+            ms = checked(Q.PREDICT.param(f"max_{name}_s"), s) * 1e3
+        out.append(ms)
     return out[0], out[1]
 
 
+def checked(param: Q.Param, value: Any) -> Any:
+    """``value`` of request field ``param`` checked against its declaration; an error names the body path."""
+    try:
+        return param.check(value)
+    except WattGPUError as exc:
+        raise ApiError(422, "invalid_field", param.path, str(exc)) from None
+
+
+def check_fields(request: Q.Request, body: Mapping[str, Any]) -> None:
+    """Every top-level number or choice of ``body`` bounded as ``request`` declares it, before any arithmetic."""
+    for p in request.params:
+        if p.rule is not None and p.body is not None and "." not in p.path and p.path in body:
+            checked(p, body[p.path])
+
+
 def prices_input(data: Mapping[str, Any]) -> tuple[Any, Any, Any, Any]:
-    """(usd_per_kwh, gco2_per_kwh, pue, usd_per_gpu_hour); the runtime checks the values."""
-    pue = data.get("pue", 1.0)
-    return data.get("usd_per_kwh"), data.get("gco2_per_kwh"), pue, data.get("usd_per_gpu_hour")
+    """(usd_per_kwh, gco2_per_kwh, pue, usd_per_gpu_hour), each bounded as declared (:data:`wattgpu.questions.PRICES`)."""
+    return tuple(checked(p, data.get(p.name, p.default)) for p in Q.PRICES)

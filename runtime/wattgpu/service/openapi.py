@@ -1,5 +1,6 @@
-"""The OpenAPI 3.1 description of the service, written by hand from the runtime's own definitions
-(workload fields and choices come from :mod:`wattgpu.workload`), and a small human docs page."""
+"""The OpenAPI 3.1 description of the service, generated from the runtime's declarations: request bodies from
+:mod:`wattgpu.questions`, workload fields from :mod:`wattgpu.workload`'s rules, results from
+:mod:`wattgpu.record`; and a small human docs page."""
 from __future__ import annotations
 
 import html
@@ -7,30 +8,96 @@ import json
 from dataclasses import MISSING, fields
 from typing import Any
 
-from ..rank import SORT_KEYS
-from ..workload import ENGINE_ERAS, ITL_STATS, KINDS, KV_CACHE_DTYPES, Workload
+from .. import questions as Q
+from .. import record
+from ..rules import ChoiceRule, NumberRule
+from ..workload import WORKLOAD_CHOICES, WORKLOAD_NUMBERS, Workload
 from .inputs import MAX_BATCH_ROWS, MAX_BODY_BYTES
 
-_NUM = {"type": "number"}
-_OPT_NUM = {"type": ["number", "null"]}
+
+
+def _number_schema(rule: NumberRule, nullable: bool) -> dict[str, Any]:
+    """A JSON Schema number with the rule's bounds."""
+    base = "integer" if rule.integer else "number"
+    out: dict[str, Any] = {"type": [base, "null"] if nullable else base}
+    out["exclusiveMinimum" if rule.open_lo else "minimum"] = int(rule.lo) if rule.integer else rule.lo
+    if rule.hi < 1.7e308:
+        out["maximum"] = int(rule.hi) if rule.integer else rule.hi
+    return out
 
 
 def _workload_schema() -> dict[str, Any]:
-    enums = {"kind": list(KINDS), "kv_cache_dtype": list(KV_CACHE_DTYPES), "engine_era": list(ENGINE_ERAS),
-             "itl_stat": list(ITL_STATS)}
+    """The Workload object: each field's type, bounds, choices and default from wattgpu.workload's rules."""
     props: dict[str, Any] = {}
     for f in fields(Workload):
-        t = str(f.type)
-        base = "integer" if t.startswith("int") else "number" if t.startswith("float") else "string"
-        prop: dict[str, Any] = {"type": [base, "null"] if "None" in t else base}
-        if f.name in enums:
-            prop["enum"] = enums[f.name]
+        if f.name in WORKLOAD_NUMBERS:
+            rule = WORKLOAD_NUMBERS[f.name]
+            prop = _number_schema(rule, rule.optional)
+        else:
+            prop = {"type": "string", "enum": list(WORKLOAD_CHOICES[f.name].choices)}
         if f.default is not MISSING:
             prop["default"] = f.default
         props[f.name] = prop
     props["kind"]["description"] = "Default: server when qps is given, else offline (as on the command line)."
     return {"type": "object", "properties": props, "additionalProperties": False,
             "description": "Workload fields (wattgpu.Workload); unknown fields are refused by name."}
+
+
+def _param_schema(p: Q.Param, ref: Any) -> dict[str, Any]:
+    """A request field's JSON Schema from its declaration (wattgpu.questions)."""
+    kind = p.kind
+    if kind in ("number", "integer"):
+        assert isinstance(p.rule, NumberRule)
+        out = _number_schema(p.rule, p.default is None)
+    elif kind == "boolean":
+        out = {"type": "boolean"}
+    elif kind == "choice":
+        assert isinstance(p.rule, ChoiceRule)
+        out = {"type": "string", "enum": list(p.rule.choices)}
+    elif kind in ("group", "replicas"):
+        assert isinstance(p.rule, NumberRule)
+        out = {"oneOf": [_number_schema(p.rule, False), {"type": "string", "enum": ["auto"]}]}
+    elif kind == "gpu":
+        out = ref("Gpu")
+    elif kind == "llm":
+        out = ref("Llm")
+    elif kind == "gpus":
+        out = {"type": "array", "items": ref("Gpu"), "maxItems": 10_000}
+    elif kind == "workload":
+        out = ref("Workload")
+    elif kind == "rows":
+        out = {"type": "array", "minItems": 1, "maxItems": MAX_BATCH_ROWS, "items": {
+            "type": "object", "required": ["gpu", "llm"], "additionalProperties": False,
+            "properties": {"gpu": ref("Gpu"), "llm": ref("Llm"), "workload": ref("Workload")}}}
+    else:
+        out = {"type": "string"}
+    if "$ref" not in out:
+        if p.default is not None:
+            out["default"] = p.default
+        out["description"] = p.doc
+    return out
+
+
+def request_schema(req: Q.Request, ref: Any) -> dict[str, Any]:
+    """The HTTP body of question ``req``: its top-level fields, and nested groups (``sla``) by reference."""
+    props: dict[str, Any] = {}
+    for p in req.params:
+        if p.body is None:
+            continue
+        if "." in p.path:
+            group = p.path.split(".")[0]
+            props[group] = ref(group.capitalize())
+        else:
+            props[p.path] = _param_schema(p, ref)
+    return {"type": "object", "required": list(req.required), "additionalProperties": False, "properties": props,
+            "description": req.doc}
+
+
+def group_schema(req: Q.Request, group: str) -> dict[str, Any]:
+    """A nested object of a request body (``sla``) from its declared fields."""
+    props = {p.path.split(".", 1)[1]: _param_schema(p, None) for p in req.params
+             if p.body is not None and p.path.startswith(group + ".")}
+    return {"type": "object", "additionalProperties": False, "properties": props}
 
 
 def openapi_document() -> dict[str, Any]:
@@ -48,11 +115,8 @@ def openapi_document() -> dict[str, Any]:
     body = lambda name: {"required": True, "content": {"application/json": {"schema": ref(name)}}}  # noqa: E731
     ok = lambda text, schema: {"description": text,  # noqa: E731
                                "content": {"application/json": {"schema": schema}}}
-    sla = {"type": "object", "additionalProperties": False, "properties": {
-        "max_itl_ms": _NUM, "max_ttft_ms": _NUM, "max_itl_s": _NUM, "max_ttft_s": _NUM},
-        "description": "Latency SLA; each limit in ms or s (not both). The engine batch cap is searched to meet it."}
-    prices = {"usd_per_kwh": _OPT_NUM, "gco2_per_kwh": _OPT_NUM, "pue": {"type": "number", "default": 1.0},
-              "usd_per_gpu_hour": _OPT_NUM}
+    sla = {**group_schema(Q.PREDICT, "sla"), "description": "Latency SLA; each limit in ms or s (not both). The "
+           "engine batch cap is searched to meet it."}
     gpu = {"oneOf": [{"type": "string", "description": "Catalog name or alias (GET /v1/gpus)"},
                      {"type": "object", "description": "Inline GPU spec: the fields of a GPU spec JSON file "
                       "(name, tdp_w, memory_size_gb, memory_bandwidth_gb_s, fp16_tflops, transistors_million, "
@@ -66,37 +130,26 @@ def openapi_document() -> dict[str, Any]:
                 "matches": {"type": "array", "items": {"type": "string"}}}}}},
         "Workload": _workload_schema(),
         "Gpu": gpu, "Llm": llm, "Sla": sla,
-        "PredictRequest": {"type": "object", "required": ["gpu", "llm"], "additionalProperties": False,
-                           "properties": {"gpu": ref("Gpu"), "llm": ref("Llm"), "workload": ref("Workload"),
-                                          "dtype": {"type": "string", "default": "auto"}, "sla": ref("Sla"), **prices}},
-        "RankRequest": {"type": "object", "required": ["llm"], "additionalProperties": False, "properties": {
-            "llm": ref("Llm"), "workload": ref("Workload"), "sla": ref("Sla"),
-            "gpus": {"type": "array", "items": ref("Gpu"), "maxItems": 10_000},
-            "tp": {"oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "enum": ["auto"]}]},
-            "replicas": {"oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "enum": ["auto"]}]},
-            "max_utilization": _OPT_NUM, "strict": {"type": "boolean", "default": False},
-            "sort": {"type": "string", "enum": list(SORT_KEYS), "default": "energy"},
-            "max_model_len": {"type": ["integer", "null"], "minimum": 1,
-                              "description": "Longest sequence the launched server must accept (rank --max-model-len)."},
-            "dtype": {"type": "string", "default": "auto"}, **prices}},
-        "BatchRequest": {"type": "object", "required": ["rows"], "additionalProperties": False, "properties": {
-            "rows": {"type": "array", "minItems": 1, "maxItems": MAX_BATCH_ROWS, "items": {
-                "type": "object", "required": ["gpu", "llm"], "additionalProperties": False,
-                "properties": {"gpu": ref("Gpu"), "llm": ref("Llm"), "workload": ref("Workload")}}},
-            "workload": ref("Workload"), **prices}},
-        "Prediction": {"type": "object", "description": "Exactly `wattgpu predict --json`: Prediction.to_dict() "
-                       "plus `energy`, and `sla` when an SLA was given.",
-                       "required": ["gpu", "llm", "power_w", "itl_s", "energy"],
-                       "properties": {"gpu": {"type": "string"}, "llm": {"type": "string"}, "power_w": _NUM,
-                                      "itl_s": _NUM, "energy": {"type": "object"}, "sla": {"type": "object"}}},
+        "PredictRequest": request_schema(Q.PREDICT, ref),
+        "RankRequest": request_schema(Q.RANK, ref),
+        "BatchRequest": request_schema(Q.BATCH, ref),
+        "Prediction": {**record.json_schema(record.PREDICTION), "description": (
+            "Exactly `wattgpu predict --json`: Prediction.to_dict(prices) (fields declared in wattgpu.record), "
+            "and `sla` when an SLA was given.")},
+        "RankCandidate": {**record.json_schema((*record.PREDICTION, *record.RANK_ONLY)), "description":
+                          "A prediction plus the rank-only fields (wattgpu.record.RANK_ONLY)."},
+        "RankEntry": {**record.json_schema((*record.PREDICTION, *(o for o in record.RANK_ONLY if o.name != "rank"))),
+                      "description": "An excluded GPU's entry: a rank candidate without `rank`."},
         "RankResult": {"type": "object", "description": "Exactly `wattgpu rank --json` (RankResult.to_dict()).",
                        "required": ["llm", "candidates", "excluded"],
                        "properties": {"llm": {"type": "string"}, "best": {"type": ["string", "null"]},
-                                      "candidates": {"type": "array", "items": {"type": "object"}},
-                                      "excluded": {"type": "array", "items": {"type": "object"}}}},
+                                      "candidates": {"type": "array", "items": ref("RankCandidate")},
+                                      "excluded": {"type": "array", "items": {"type": "object", "properties": {
+                                          "prediction": {"oneOf": [{"type": "null"}, ref("RankEntry")]}}}}}},
         "BatchResult": {"type": "object", "required": ["results", "predicted", "failed"], "properties": {
             "results": {"type": "array", "items": {"type": "object", "description":
-                        "{row, prediction} or {row, error}, in the order of the rows"}},
+                        "{row, prediction} or {row, error}, in the order of the rows", "properties": {
+                            "row": {"type": "integer"}, "prediction": ref("Prediction"), "error": ref("Error")}}},
             "predicted": {"type": "integer"}, "failed": {"type": "integer"}}},
     }
     any_list = {"type": "array", "items": {"type": "object"}}

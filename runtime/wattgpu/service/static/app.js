@@ -5,7 +5,14 @@ const $ = (id) => document.getElementById(id);
 const FIELDS = ["llm", "kind", "qps", "concurrency", "input_tokens", "output_tokens", "max_batch",
                 "max_itl_ms", "max_ttft_ms", "gpus"];
 
+// The ranked table's columns: [field of a rank candidate (wattgpu/record.py), scale for people (s → ms), digits
+// (a number: fixed decimals; "p3": 3 significant digits; absent: as given)]. Each cell's data-value holds the
+// API's number unscaled; tests/test_record.py checks every field and scale against the record.
+const COLUMNS = [["rank"], ["gpu"], ["tp"], ["replicas"], ["total_power_w", 1, 0], ["energy.j_per_token", 1, "p3"],
+                 ["itl_s", 1e3, 1], ["ttft_s", 1e3, 0], ["max_batch"], ["launch_args"]];
+
 function fmt(x, digits) { return x === null || x === undefined ? "∞" : Number(x).toFixed(digits); }
+function field(c, name) { return name.split(".").reduce((o, k) => (o === null || o === undefined ? o : o[k]), c); }
 function quote(a) { return /^[A-Za-z0-9_.\/:=,@+-]+$/.test(a) ? a : "'" + a.replace(/'/g, "'\\''") + "'"; }
 
 function cell(tr, text, value) {
@@ -35,7 +42,7 @@ function body() {
 }
 
 function plot(res) {
-  const pts = res.candidates.map((c) => ({x: c.itl_ms, y: c.energy.j_per_token, gpu: c.gpu, tp: c.tp}));
+  const pts = res.candidates.map((c) => ({x: c.itl_s * 1e3, y: c.energy.j_per_token, gpu: c.gpu, tp: c.tp}));
   const holder = $("plot");
   holder.textContent = "";
   if (!pts.length) return;
@@ -88,16 +95,14 @@ function render(res) {
   tbody.textContent = "";
   for (const c of res.candidates) {
     const tr = document.createElement("tr");
-    cell(tr, String(c.rank), c.rank);
-    cell(tr, c.gpu);
-    cell(tr, String(c.tp), c.tp);
-    cell(tr, String(c.replicas), c.replicas);
-    cell(tr, fmt(c.total_power_w, 0), c.total_power_w);
-    cell(tr, Number(c.energy.j_per_token).toPrecision(3), c.energy.j_per_token);
-    cell(tr, fmt(c.itl_ms, 1), c.itl_ms);
-    cell(tr, fmt(c.ttft_ms, 0), c.ttft_ms);
-    cell(tr, String(c.max_batch), c.max_batch);
-    cell(tr, c.launch_args ? c.launch_args.map(quote).join(" ") : "");
+    for (const [name, scale, digits] of COLUMNS) {
+      const v = field(c, name);
+      if (name === "launch_args") cell(tr, v ? v.map(quote).join(" ") : "");
+      else if (name === "gpu") cell(tr, v);
+      else if (digits === "p3") cell(tr, Number(v).toPrecision(3), v);
+      else if (digits !== undefined) cell(tr, fmt(v === null ? null : v * scale, digits), v);
+      else cell(tr, String(v), v);
+    }
     tbody.appendChild(tr);
   }
   const ex = $("excluded");

@@ -1,0 +1,4 @@
+"""``python -m wattgpu.cli``."""
+from . import main
+
+main()

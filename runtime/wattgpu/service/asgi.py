@@ -294,7 +294,7 @@ def parse_csv(raw: bytes) -> tuple[list[str], list[tuple[int, dict[str, str], st
     try:
         cols, rows = _rows(io.StringIO(text, newline=""), "request body")
         check_columns(cols, "request body")
-        out = []
+        out: list[tuple[int, dict[str, str], str | None]] = []
         for item in rows:
             if len(out) >= I.MAX_BATCH_ROWS:
                 raise ApiError(422, "invalid_field", "<body>", f"request body: more than {I.MAX_BATCH_ROWS:,} "
@@ -329,9 +329,9 @@ def batch_csv_work(svc: Service, parsed: tuple[list[str], list[tuple[int, dict[s
     pred = _guard("<server>", svc.predictor)
     wl_cols = KIND_COLUMNS + WORKLOAD_COLUMNS
     defaults = Workload()  # as `wattgpu predict --input` with no workload flags
-    cache: dict[tuple[str, Any], Any] = {}
+    cache: dict[tuple[Any, ...], Any] = {}
 
-    def cached(key: tuple[str, Any], make: Callable[[], Any]) -> Any:
+    def cached(key: tuple[Any, ...], make: Callable[[], Any]) -> Any:
         if key not in cache:
             try:
                 cache[key] = make()

@@ -23,7 +23,7 @@ from urllib.parse import urlencode
 
 REPO = Path(__file__).resolve().parents[1]
 QUERY = {"llm": "meta-llama/Llama-3.1-8B-Instruct", "kind": "server", "qps": "2", "max_itl_ms": "50",
-         "gpus": "A10,A30,RTX A5000,L40S,A100 SXM4 80GB,H200 SXM,H100 SXM,L4", "run": "1"}
+         "gpus": "A10,A30,RTX A5000,L40S,A100 SXM4 80GB,H200 SXM,H100 SXM,L4"}
 
 
 def _free_port() -> int:

@@ -179,14 +179,15 @@ function render(res, req) {
       else cell(tr, String(v), v);
     }
     tbody.appendChild(tr);
-    const more = make("tr", {class: "more"}), td = make("td", {colspan: COLUMNS.length - BELOW.length});
+    const more = make("tr", {class: "more"}), td = make("td", {colspan: COLUMNS.length - BELOW.length}), box = make("div");
     const launch = make("code", {class: "launch"}, c.launch_args ? c.launch_args.map(quote).join(" ") : "no launch line (not vLLM)");
     launch.dataset.value = JSON.stringify(c.launch_args);
-    td.appendChild(launch);
+    box.appendChild(launch);
     const warn = make("ul", {class: "warn"});
     warn.dataset.value = JSON.stringify(c.warnings || []);
     for (const w of c.warnings || []) if (!common.includes(w)) warn.appendChild(make("li", {}, w));
-    td.appendChild(warn);
+    box.appendChild(warn);
+    td.appendChild(box);
     more.appendChild(td);
     tbody.appendChild(more);
   }

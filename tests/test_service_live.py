@@ -1,14 +1,24 @@
 """The service over real sockets (slow tier): uvicorn on 127.0.0.1, 200 concurrent clients, and the page
-in headless Chromium (Debian's ``chromium`` package; .ci/run installs it when it is missing)."""
+in headless Chromium (Debian's ``chromium`` package; .ci/run installs it when it is missing).
+
+The page is driven by a harness page served from the same origin (only by these tests' server): it loads
+``/?query`` in an iframe of a given width, waits for the answer, optionally clicks "Copy link" or uploads
+a CSV, and writes what the browser measured (the request sent, every table cell's data-value, label boxes
+from getBBox, the page's scroll width, the downloaded CSV) as JSON into the DOM that --dump-dom prints.
+Every number is compared with the API's own answer to the request the page says it sent."""
 from __future__ import annotations
 
 import asyncio
+import html
+import json
 import os
+import re
+import sys
 import shutil
 import subprocess
 import tempfile
-from html.parser import HTMLParser
 from typing import Any, Iterator
+from pathlib import Path
 from urllib.parse import urlencode
 
 import pytest
@@ -16,6 +26,7 @@ import pytest
 pytest.importorskip("uvicorn", reason="the live service tests need the serve extra: pip install -e '.[serve]'")
 httpx = pytest.importorskip("httpx", reason="the live service tests need httpx (in the test extra)")
 
+from .helpers import REPO, SRC_PATH  # noqa: E402
 from .service_helpers import free_port, start_server  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -79,34 +90,81 @@ def test_a_valid_request_is_answered_while_300_clients_stall_their_uploads(base:
 class _Rows(HTMLParser):
     """The rows of ``<table id="ranked">``: per cell, its text and its ``data-value``."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.rows: list[list[tuple[str, str | None]]] = []
-        self._in_table = self._in_body = False
-        self._cell: list[str] | None = None
-        self._value: str | None = None
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        a = dict(attrs)
-        if tag == "table" and a.get("id") == "ranked":
-            self._in_table = True
-        elif self._in_table and tag == "tbody":
-            self._in_body = True
-        elif self._in_body and tag == "tr":
-            self.rows.append([])
-        elif self._in_body and tag == "td":
-            self._cell, self._value = [], a.get("data-value")
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "td" and self._cell is not None:
-            self.rows[-1].append(("".join(self._cell), self._value))
-            self._cell = None
-        elif tag == "table":
-            self._in_table = self._in_body = False
-
-    def handle_data(self, data: str) -> None:
-        if self._cell is not None:
-            self._cell.append(data)
+# ---------------------------------------------------------------- the page in headless Chromium
+# the page's controls (app.js's CONTROLS; a test holds the two equal): each is a key of the page's URL
+CONTROLS = ["llm", "config", "dtype", "kind", "qps", "concurrency", "input_tokens", "output_tokens", "max_batch",
+            "engine", "tp", "replicas", "max_utilization", "gpus", "max_itl_ms", "max_ttft_ms", "strict", "sort",
+            "usd_per_kwh", "usd_per_gpu_hour"]
+HARNESS_JS = r"""
+const P = new URLSearchParams(location.search), f = document.getElementById("f");
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+async function until(cond) { for (let i = 0; i < 1200; i++) { if (cond()) return true; await sleep(50); } return false; }
+f.style.width = (P.get("width") || "1200") + "px";
+f.onload = async () => {
+  const w = f.contentWindow, d = f.contentDocument, $ = (id) => d.getElementById(id), out = {};
+  const settled = () => { const t = $("status").textContent; return t && !t.endsWith("…"); };
+  if (P.get("submit")) $("run").click();
+  out.settled = await until(settled);
+  out.status = $("status").textContent; out.status_error = $("status").className === "error";
+  out.sent = $("sent").textContent; out.search = w.location.search; out.results_hidden = $("results").hidden;
+  out.controls = {};
+  for (const id of CONTROLS) out.controls[id] = $(id).type === "checkbox" ? $(id).checked : $(id).value;
+  const cells = (tr) => Array.from(tr.children).map((td) => [td.textContent, td.dataset.value ?? null]);
+  out.rows = Array.from(d.querySelectorAll("#ranked tbody tr.c")).map(cells);
+  out.more = Array.from(d.querySelectorAll("#ranked tbody tr.more")).map((tr) => ({
+    launch: tr.querySelector("code.launch").textContent, launch_value: tr.querySelector("code.launch").dataset.value,
+    warnings_value: tr.querySelector("ul.warn").dataset.value,
+    warnings_shown: Array.from(tr.querySelectorAll("ul.warn li")).map((li) => li.textContent)}));
+  out.common = $("common").textContent;
+  out.excluded = Array.from(d.querySelectorAll("#excluded li")).map((li) => [li.textContent, li.dataset.kind]);
+  out.hint = $("hint").hidden ? null : $("hint").textContent;
+  const svg = d.querySelector("#plot svg");
+  if (svg) {
+    const vb = svg.viewBox.baseVal;
+    out.svg = {w: vb.width, h: vb.height, dots: svg.querySelectorAll("circle").length,
+               titles: Array.from(svg.querySelectorAll("circle title")).map((t) => t.textContent),
+               sla: svg.querySelectorAll("line.sla").length, front: svg.querySelectorAll("polyline.front").length,
+               labels: Array.from(svg.querySelectorAll("text.label, text.sla-label")).map((t) => {
+                 const b = t.getBBox(); return [t.textContent, b.x, b.y, b.width, b.height]; })};
+  }
+  const root = d.documentElement, scroller = d.querySelector(".scroll");
+  out.page_scroll = [root.scrollWidth, root.clientWidth];
+  out.table_scroll = [scroller.scrollWidth, scroller.clientWidth];
+  if (P.get("copy")) {
+    $("status").textContent = "";
+    $("copy").click();
+    await until(() => /link/i.test($("status").textContent));
+    out.copy_status = $("status").textContent; out.link = $("link").hidden ? null : $("link").value;
+    out.href = w.location.href;
+  }
+  if (P.get("csv")) {
+    const dt = new w.DataTransfer();
+    dt.items.add(new w.File([P.get("csv")], "rows.csv", {type: "text/csv"}));
+    $("csv").files = dt.files;
+    $("csv").dispatchEvent(new w.Event("change"));
+    await until(() => !$("csv-download").hidden || $("csv-status").className === "error");
+    out.csv_status = $("csv-status").textContent;
+    out.csv_name = $("csv-download").download;
+    out.csv = $("csv-download").hidden ? null : await (await w.fetch($("csv-download").href)).text();
+  }
+  document.getElementById("out").textContent = JSON.stringify(out);
+};
+f.src = P.get("page");
+"""
+HARNESS = f"""<!doctype html><html><body><iframe id="f" style="height:900px;border:0"></iframe>
+<pre id="out"></pre><script>const CONTROLS = {json.dumps(CONTROLS)};{HARNESS_JS}</script></body></html>"""
+# the test server: the real app, plus the harness page at /_harness (these tests' server only)
+SERVER = """
+import sys, uvicorn
+from starlette.responses import HTMLResponse
+from starlette.routing import Route
+from wattgpu.service import create_app
+app = create_app()
+page = open(sys.argv[2], encoding="utf-8").read()
+async def harness(request): return HTMLResponse(page)
+app.router.routes.insert(0, Route("/_harness", harness))
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
+"""
 
 
 def _chromium() -> str:
@@ -116,32 +174,208 @@ def _chromium() -> str:
     return exe
 
 
-def test_page_in_chromium_shows_the_apis_ranking(base: str) -> None:
-    exe = _chromium()
-    query = {"llm": LLM, "kind": "server", "qps": "2", "max_itl_ms": "50", "gpus": "A30,L4,L40S,A10,H100 SXM",
-             "run": "1"}
+@pytest.fixture(scope="module")
+def page_base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    exe = _chromium()  # skip before starting anything
+    assert exe
+    harness = tmp_path_factory.mktemp("harness") / "harness.html"
+    harness.write_text(HARNESS, encoding="utf-8")
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-c", SERVER, str(port), str(harness)], cwd=REPO,
+                            env={**os.environ, "PYTHONPATH": SRC_PATH}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        for _ in range(300):
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None, proc.stderr.read().decode()[-2000:] if proc.stderr else ""
+            import time
+            time.sleep(0.2)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+def _drive(base: str, query: dict[str, str] | None = None, **options: str) -> dict[str, Any]:
+    """What the harness saw of ``/?query`` (the worked example when ``query`` is None)."""
+    page = "/" + ("?" + urlencode(query) if query is not None else "")
+    url = f"{base}/_harness?" + urlencode({"page": page, **options})
     with tempfile.TemporaryDirectory() as profile:
-        res = subprocess.run([exe, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={profile}",
-                              "--virtual-time-budget=20000", "--dump-dom", f"{base}/?{urlencode(query)}"],
-                             capture_output=True, text=True, timeout=120, env={**os.environ, "HOME": profile})
+        res = subprocess.run([_chromium(), "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={profile}",
+                              "--virtual-time-budget=90000", "--window-size=1300,1000", "--dump-dom", url],
+                             capture_output=True, text=True, timeout=240, env={**os.environ, "HOME": profile})
     assert res.returncode == 0, res.stderr[-2000:]
-    parser = _Rows()
-    parser.feed(res.stdout)
-    api = httpx.post(f"{base}/v1/rank", json={"llm": LLM, "workload": {"kind": "server", "qps": 2},
-                                              "sla": {"max_itl_ms": 50},
-                                              "gpus": ["A30", "L4", "L40S", "A10", "H100 SXM"]}, timeout=60).json()
-    assert api["candidates"], api
-    assert len(parser.rows) == len(api["candidates"]), res.stdout[-3000:]
-    for row, c in zip(parser.rows, api["candidates"]):
-        rank, gpu, tp, replicas, power, energy, itl, ttft, cap, launch = row
+    start, end = res.stdout.find('<pre id="out">'), res.stdout.find("</pre>")
+    text = html.unescape(res.stdout[start + len('<pre id="out">'):end])
+    assert text, f"the harness wrote nothing (the page never settled?): {res.stdout[-3000:]}"
+    out: dict[str, Any] = json.loads(text)
+    assert out["settled"], out
+    return out
+
+
+def _api(base: str, body: dict[str, Any]) -> dict[str, Any]:
+    r = httpx.post(f"{base}/v1/rank", json=body, timeout=120)
+    assert r.status_code == 200, r.text
+    data: dict[str, Any] = r.json()
+    return data
+
+
+def _num(text: str | None) -> float:
+    return float(text) if text else float("nan")
+
+
+def _same_as_api(out: dict[str, Any], api: dict[str, Any]) -> None:
+    """Every table cell holds the API's value (data-value: JavaScript's shortest round-trip text)."""
+    cands = api["candidates"]
+    assert len(out["rows"]) == len(out["more"]) == len(cands), (out["status"], len(cands))
+    assert out["status"] == f"{len(cands)} candidates, {len(api['excluded'])} excluded."
+    for row, more, c in zip(out["rows"], out["more"], cands):
+        rank, gpu, tp, replicas, power, energy, itl, itl80, ttft, cap = row
         assert gpu[0] == c["gpu"]
-        # data-value holds the number the page was given (JavaScript's shortest round-trip text)
-        assert float(rank[1] or "nan") == c["rank"] and float(tp[1] or "nan") == c["tp"]
-        assert float(replicas[1] or "nan") == c["replicas"] and float(cap[1] or "nan") == c["max_batch"]
-        assert float(power[1] or "nan") == c["total_power_w"]
-        assert float(energy[1] or "nan") == c["energy"]["j_per_token"]
-        assert float(itl[1] or "nan") == c["itl_s"]
-        assert float(ttft[1] or "nan") == c["ttft_s"]
-        assert power[0] == f"{c['total_power_w']:.0f}" and itl[0] == f"{c['itl_s'] * 1e3:.1f}"
-        assert launch[0].startswith("vllm serve ") and c["gpu"] and LLM in launch[0]
-    assert "<svg" in res.stdout and res.stdout.count("<circle") == len(api["candidates"])
+        assert (_num(rank[1]), _num(tp[1]), _num(replicas[1]), _num(cap[1])) == (c["rank"], c["tp"], c["replicas"],
+                                                                                 c["max_batch"])
+        assert _num(power[1]) == c["total_power_w"] and power[0] == f"{c['total_power_w']:.0f}"
+        assert _num(energy[1]) == c["energy"]["j_per_token"]
+        assert _num(itl[1]) == c["itl_s"] and itl[0] == f"{c['itl_s'] * 1e3:.1f}"
+        lo, hi = c["itl_intervals"]["80"]
+        assert json.loads(itl80[1]) == [lo, hi] and itl80[0] == f"{lo * 1e3:.1f}–{hi * 1e3:.1f}"
+        assert (ttft[1] == "" and c["ttft_s"] is None) or _num(ttft[1]) == c["ttft_s"]
+        assert json.loads(more["launch_value"]) == c["launch_args"]
+        if c["launch_args"]:
+            assert more["launch"].startswith("vllm serve ") and c["launch_args"][2] in more["launch"]
+        # each warning is shown: under its row, or once above the table when every candidate has it
+        assert json.loads(more["warnings_value"]) == c["warnings"]
+        for w in c["warnings"]:
+            assert (w in more["warnings_shown"]) != (w in out["common"]), w
+    assert [e[0] for e in out["excluded"]] == [f"{x['gpu']}{' ×' + str(x['tp']) if x['tp'] > 1 else ''}: {x['reason']}"
+                                               for x in api["excluded"]]
+    assert [e[1] for e in out["excluded"]] == [x["reason_kind"] for x in api["excluded"]]
+
+
+def _plot_is_legible(out: dict[str, Any], n: int) -> None:
+    """Dots for every candidate; labels inside the SVG and never over each other (measured by getBBox)."""
+    svg = out["svg"]
+    assert svg["dots"] == n and svg["front"] == 1
+    boxes = svg["labels"]
+    assert any(b[0] for b in boxes), "no label placed at all"
+    for name, x, y, w, h in boxes:
+        assert 0 <= x and x + w <= svg["w"] and 0 <= y and y + h <= svg["h"], (name, x, y, w, h, svg["w"], svg["h"])
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            apart = a[1] + a[3] <= b[1] or b[1] + b[3] <= a[1] or a[2] + a[4] <= b[2] or b[2] + b[4] <= a[2]
+            assert apart, (a, b)
+    names = [t.split(": ITL ")[0] for t in svg["titles"]]  # every dot names itself in its tooltip
+    assert len(names) == n and all(names)
+    for label in (b[0] for b in boxes if not b[0].startswith("SLA ")):  # a label names a dot (its name, shortened)
+        assert label in {re.sub(r" \(.*\)", "", name) for name in names}, label
+
+
+def test_page_opens_with_the_worked_example_answered(page_base: str) -> None:
+    out = _drive(page_base)
+    body = {"llm": LLM, "workload": {"kind": "server", "qps": 2}, "sla": {"max_itl_ms": 50}}
+    assert json.loads(out["sent"]) == body
+    # the URL now holds the query, so the answer is a link
+    assert dict(httpx.QueryParams(out["search"].lstrip("?"))) == {"llm": LLM, "kind": "server", "qps": "2",
+                                                                 "max_itl_ms": "50"}
+    api = _api(page_base, body)
+    assert len(api["candidates"]) > 10
+    _same_as_api(out, api)
+    _plot_is_legible(out, len(api["candidates"]))
+    assert out["svg"]["sla"] == 1 and any(b[0] == "SLA 50 ms" for b in out["svg"]["labels"])
+
+
+INLINE_CONFIG = {"_name_or_path": "my-org/my-llama", "model_type": "llama", "hidden_size": 4096,
+                 "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+                 "intermediate_size": 14336, "vocab_size": 128256, "max_position_embeddings": 8192}
+CONTROL_CASES = [
+    # every control but config and clients, each away from its default
+    ({"llm": "Qwen/Qwen2.5-7B-Instruct", "dtype": "fp8", "kind": "server", "qps": "4",
+      "input_tokens": "1024", "output_tokens": "128", "max_batch": "64", "engine": "tgi", "tp": "2", "replicas": "3",
+      "max_utilization": "0.7", "gpus": "A30,L40S,H100 SXM", "max_itl_ms": "60", "max_ttft_ms": "900", "strict": "1",
+      "sort": "cost", "usd_per_kwh": "0.12", "usd_per_gpu_hour": "2.5"},
+     {"llm": "Qwen/Qwen2.5-7B-Instruct", "dtype": "fp8", "tp": 2, "replicas": 3, "max_utilization": 0.7,
+      "workload": {"kind": "server", "qps": 4, "input_tokens": 1024, "output_tokens": 128,
+                   "max_batch": 64, "engine": "tgi"},
+      "gpus": ["A30", "L40S", "H100 SXM"], "sla": {"max_itl_ms": 60, "max_ttft_ms": 900}, "strict": True,
+      "sort": "cost", "usd_per_kwh": 0.12, "usd_per_gpu_hour": 2.5}),
+    # an inline config.json (used over the catalog id), TP auto, a closed loop of clients, sorted by power
+    ({"llm": LLM, "config": json.dumps(INLINE_CONFIG), "dtype": "int4", "kind": "closed_loop", "concurrency": "16",
+      "tp": "auto", "sort": "power", "gpus": "A30,L4,A10"},
+     {"llm": INLINE_CONFIG, "dtype": "int4", "tp": "auto", "workload": {"kind": "closed_loop", "concurrency": 16},
+      "sort": "power", "gpus": ["A30", "L4", "A10"]}),
+    # a 70B on groups of 8, as many replicas as the load needs, sorted by ITL
+    ({"llm": "meta-llama/Llama-3.1-70B-Instruct", "kind": "server", "qps": "20", "dtype": "bfloat16", "tp": "8",
+      "replicas": "auto", "sort": "itl", "gpus": "H100 SXM,A100 SXM4 80GB,L4"},
+     {"llm": "meta-llama/Llama-3.1-70B-Instruct", "dtype": "bfloat16", "tp": 8, "replicas": "auto", "sort": "itl",
+      "workload": {"kind": "server", "qps": 20}, "gpus": ["H100 SXM", "A100 SXM4 80GB", "L4"]}),
+]
+
+
+@pytest.mark.parametrize("query,body", CONTROL_CASES, ids=["every-control", "inline-config-auto", "tp8-70b"])
+def test_each_control_reaches_the_request_and_the_answer_is_shown(page_base: str, query: dict[str, str],
+                                                                  body: dict[str, Any]) -> None:
+    out = _drive(page_base, query)
+    assert not out["status_error"], out["status"]
+    assert json.loads(out["sent"]) == body
+    for key, value in query.items():  # the form shows the query, and the URL keeps every key of it
+        shown = out["controls"].get(key)
+        assert shown is None or str(shown).lower() in (value.lower(), "true" if value == "1" else value)
+    assert dict(httpx.QueryParams(out["search"].lstrip("?"))) == query
+    api = _api(page_base, body)
+    _same_as_api(out, api)
+    if api["candidates"]:
+        _plot_is_legible(out, len(api["candidates"]))
+
+
+def test_does_not_fit_hint_points_to_tp_auto(page_base: str) -> None:
+    out = _drive(page_base, {"llm": "meta-llama/Llama-3.1-70B-Instruct", "kind": "server", "qps": "1",
+                             "gpus": "B200,H100 SXM,L40S"})
+    assert any(kind == "does_not_fit" for _, kind in out["excluded"]), out["excluded"]
+    assert out["hint"] and "auto" in out["hint"]
+
+
+def test_phone_width_copy_link_and_csv_upload(page_base: str) -> None:
+    csv_text = f"llm,gpu,qps,workload\n{LLM},A30,1,server\n{LLM},A3O,,\n"
+    out = _drive(page_base, None, width="375", copy="1", csv=csv_text)
+    # no horizontal page scroll at 375 px: only the table scrolls, inside its own box
+    assert out["page_scroll"][0] <= out["page_scroll"][1], out["page_scroll"]
+    assert out["table_scroll"][1] <= 375
+    _plot_is_legible(out, out["svg"]["dots"])
+    assert out["svg"]["w"] <= 375
+    # "Copy link" shows (and copies) a link that holds the whole query
+    assert out["link"] == out["href"] and "llm=meta-llama" in out["link"] and "max_itl_ms=50" in out["link"]
+    assert out["copy_status"] in ("Link copied.", "Copy the selected link.")
+    # the CSV upload offers the batch CSV as a download, byte for byte the endpoint's answer
+    direct = httpx.post(f"{page_base}/v1/predict/batch.csv", content=csv_text.encode(),
+                        headers={"Content-Type": "text/csv"}, timeout=60)
+    assert direct.status_code == 200
+    assert out["csv"] == direct.text and out["csv_name"] == "rows-predictions.csv"
+    assert "1 rows predicted, 1 with an error" in out["csv_status"]
+
+
+@pytest.mark.parametrize("query,submit,needle", [
+    ({"llm": "meta-llama/Llama-3.1-8B-Instrukt", "kind": "server", "qps": "1"}, "", "Llama-3.1-8B-Instruct"),
+    ({"kind": "server", "qps": "1"}, "1", "Name an LLM"),
+    ({"llm": LLM, "kind": "server", "qps": "1", "replicas": "many"}, "", "replicas"),
+], ids=["typo", "empty", "bad-replicas"])
+def test_errors_are_one_clear_line(page_base: str, query: dict[str, str], submit: str, needle: str) -> None:
+    out = _drive(page_base, query, **({"submit": submit} if submit else {}))
+    assert out["status_error"] and needle in out["status"], out["status"]
+    assert out["status"].count("Llama-3.1-8B-Instruct") <= 1  # the did-you-mean list once, not twice
+    assert out["results_hidden"]
+
+
+def test_every_control_of_the_page_is_exercised() -> None:
+    js = (REPO / "runtime" / "wattgpu" / "service" / "static" / "app.js").read_text()
+    declared = re.search(r"const CONTROLS = (\[.*?\]);", js, re.S)
+    assert declared is not None
+    assert json.loads(declared.group(1)) == CONTROLS
+    page = (REPO / "runtime" / "wattgpu" / "service" / "static" / "index.html").read_text()
+    form = page[page.index('<form id="query"'):page.index("</form>")]
+    ids = set(re.findall(r'<(?:input|select|textarea) id="([a-z_]+)"', form)) - {"link"}
+    assert ids == set(CONTROLS)  # no control outside the URL and the tests
+    exercised = set().union(*(q.keys() for q, _ in CONTROL_CASES))
+    assert exercised == set(CONTROLS)

@@ -5,7 +5,7 @@
 
 Starts ``wattgpu serve`` (the interpreter's own, so the ``serve`` extra must be installed) on a free
 loopback port, lets headless Chromium (Debian's ``chromium``) load the page with a preloaded query and
-run it, and saves the screenshot (seven GPUs from a PCIe card to an H200, so table, plot and the
+run it, and saves the screenshot (eight GPUs from a PCIe card to an H200, so table, plot and the
 exclusion list all show).
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from urllib.parse import urlencode
 
 REPO = Path(__file__).resolve().parents[1]
 QUERY = {"llm": "meta-llama/Llama-3.1-8B-Instruct", "kind": "server", "qps": "2", "max_itl_ms": "50",
-         "gpus": "A10,A30,RTX A5000,L40S,A100 SXM4 80GB,H200 SXM,H100 SXM,L4", "run": "1"}
+         "gpus": "A10,A30,RTX A5000,L40S,A100 SXM4 80GB,H200 SXM,H100 SXM,L4"}
 
 
 def _free_port() -> int:
@@ -47,7 +47,7 @@ def _wait_healthy(url: str, timeout_s: float = 60.0) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=REPO / "docs" / "service_page.png")
-    ap.add_argument("--size", default="1200,1750", help="window width,height in CSS pixels")
+    ap.add_argument("--size", default="1200,2050", help="window width,height in CSS pixels")
     args = ap.parse_args()
     exe = shutil.which("chromium") or shutil.which("chromium-browser")
     if exe is None:

@@ -27,7 +27,7 @@ from starlette.routing import Route
 
 from .. import questions as Q
 from ..answers import batch_answer, llms_answer, predict_answer, rank_result
-from ..errors import WattGPUError
+from ..errors import ConfigFileError, WattGPUError
 from . import inputs as I
 from .inputs import ApiError
 
@@ -120,9 +120,11 @@ class Service:
                         self._predictor = default_predictor()
         return self._predictor
 
-    async def run(self, request: Request | None, work: Callable[[dict[str, Any]], Any]) -> Response:
-        """Read the body (POST), admit, run ``work(body)`` on a worker thread under the timeout."""
-        body: dict[str, Any] = {}
+    async def run(self, request: Request | None, work: Callable[[Any], Any],
+                  parse: Callable[[bytes], Any] = I.parse_body) -> Response:
+        """Read the body (POST) and ``parse`` it (default: a JSON object), admit, run ``work(body)`` on a
+        worker thread under the timeout."""
+        body: Any = {}
         if request is not None:
             client = _client(request)
             if not self.uploads.enter(client):
@@ -131,7 +133,7 @@ class Service:
                                        f"{self.uploads.limit} in all) are still arriving; retry in a second"),
                               {"Retry-After": "1"})
             try:
-                body = await self._body(request)
+                body = await self._body(request, parse)
             except ApiError as err:
                 return _error(err)
             except ClientDisconnect:
@@ -174,7 +176,7 @@ class Service:
         assert result is not None  # only a cancelled job returns None, and only after its 504
         return result
 
-    async def _body(self, request: Request) -> dict[str, Any]:
+    async def _body(self, request: Request, parse: Callable[[bytes], Any]) -> Any:
         declared = request.headers.get("content-length")
         if declared is not None and (not declared.strip().isdigit() or int(declared) > I.MAX_BODY_BYTES):
             raise _too_large()
@@ -193,7 +195,7 @@ class Service:
         except asyncio.TimeoutError:
             raise ApiError(408, "timeout", "<body>",
                            f"the request body did not arrive within {self.body_timeout_s:g} s") from None
-        return I.parse_body(raw)
+        return parse(raw)
 
 
 def _consume(future: "asyncio.Future[Any]") -> None:
@@ -324,6 +326,116 @@ def batch_work(svc: Service, body: dict[str, Any]) -> dict[str, Any]:
                         between_chunks=check_cancelled, chunk=BATCH_CHUNK)
 
 
+# ---------------------------------------------------------------- the batch CSV (POST /v1/predict/batch.csv)
+CSV_MEDIA = "text/csv; charset=utf-8"
+
+
+def parse_csv(raw: bytes) -> tuple[list[str], list[tuple[int, dict[str, str], str | None]]]:
+    """A ``text/csv`` body as (header, rows), read by ``wattgpu predict --input``'s rules (batch.py): UTF-8,
+    a header naming at least ``llm`` and ``gpu``, no unknown column; at most MAX_BATCH_ROWS data rows."""
+    import csv
+    import io
+
+    from ..batch import _rows, check_columns
+
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ApiError(400, "malformed_csv", "<body>", f"request body: is not UTF-8 text (bad byte at offset "
+                                                       f"{exc.start}); send the CSV as UTF-8") from None
+    try:
+        cols, rows = _rows(io.StringIO(text, newline=""), "request body")
+        check_columns(cols, "request body")
+        out: list[tuple[int, dict[str, str], str | None]] = []
+        for item in rows:
+            if len(out) >= I.MAX_BATCH_ROWS:
+                raise ApiError(422, "invalid_field", "<body>", f"request body: more than {I.MAX_BATCH_ROWS:,} "
+                                                               "data rows; send fewer rows per request")
+            out.append(item)
+    except ConfigFileError as exc:
+        # batch.py's words, less the command-line remedies (a file name, --lenient): the fix is in the body
+        msg = str(exc).split("; rename it, or pass --lenient")[0].replace("pass a text CSV file", "send text CSV")
+        raise ApiError(422, "invalid_csv", "<body>", msg + ("; rename or drop that column"
+                                                           if "not an input column" in msg else "")) from None
+    except csv.Error as exc:
+        raise ApiError(400, "malformed_csv", "<body>",
+                       f"request body: is not a readable CSV ({' '.join(str(exc).split())})") from None
+    if not out:
+        raise ApiError(422, "invalid_csv", "<body>", "request body: a header but no data rows; add at least one row")
+    return cols, out
+
+
+def batch_csv_work(svc: Service, parsed: tuple[list[str], list[tuple[int, dict[str, str], str | None]]]) -> Response:
+    """Every CSV row predicted in one vectorised pass; the answer is the CSV ``wattgpu predict --input``
+    writes (the input columns, the output columns, ``error`` per bad row). Names resolve through
+    :func:`inputs.gpu_input` / :func:`inputs.llm_input` (catalog names only: no file is ever read)."""
+    import io
+
+    from ..batch import (KIND_COLUMNS, OUTPUT_COLUMNS, WORKLOAD_COLUMNS, BatchSummary, RowError, _row_message,
+                         _write_rows, row_workload)
+    from ..errors import SpecValidationError
+    from ..quant import with_dtype
+    from ..workload import Workload
+
+    cols, rows = parsed
+    pred = _guard("<server>", svc.predictor)
+    wl_cols = KIND_COLUMNS + WORKLOAD_COLUMNS
+    defaults = Workload()  # as `wattgpu predict --input` with no workload flags
+    cache: dict[tuple[Any, ...], Any] = {}
+
+    def cached(key: tuple[Any, ...], make: Callable[[], Any]) -> Any:
+        if key not in cache:
+            try:
+                cache[key] = make()
+            except (ApiError, WattGPUError) as exc:
+                cache[key] = exc
+        hit = cache[key]
+        if isinstance(hit, (ApiError, WattGPUError)):
+            raise hit
+        return hit
+
+    items: list[tuple[int, dict[str, str], Any]] = []
+    for line, row, problem in rows:
+        check_cancelled()
+        try:
+            if problem is not None:
+                raise RowError(line, problem)
+            names = {c: (row.get(c) or "").strip() for c in ("llm", "gpu")}
+            for c, name in names.items():
+                if not name:
+                    raise RowError(line, f"column {c!r} is empty; name a catalog {c.upper()} (GET /v1/{c}s)", column=c)
+            dtype = (row.get("dtype") or "").strip() or None
+            gpu = cached(("gpu", names["gpu"]), lambda: I.gpu_input(pred, names["gpu"]))
+            llm = cached(("llm", names["llm"], dtype),
+                         lambda: with_dtype(I.llm_input(pred, names["llm"]), dtype))
+            wl = cached(("wl", tuple(row.get(c) or "" for c in wl_cols)), lambda: row_workload(row, defaults))
+            items.append((line, row, (gpu, llm, wl)))
+        except RowError as exc:
+            items.append((line, row, exc))
+        except ApiError as exc:
+            items.append((line, row, RowError(line, exc.message, column=exc.field)))
+        except SpecValidationError as exc:
+            items.append((line, row, RowError(line, _row_message(exc, wl_cols), exc)))
+        except WattGPUError as exc:
+            items.append((line, row, RowError(line, str(exc), exc)))
+    ok = [k for k, (_, _, t) in enumerate(items) if isinstance(t, tuple)]
+    results: list[Any] = []
+    for start in range(0, len(ok), BATCH_CHUNK):  # a timed-out request stops at the next chunk
+        check_cancelled()
+        results.extend(pred.predict_specs_safe([items[k][2] for k in ok[start:start + BATCH_CHUNK]]))
+    for k, r in zip(ok, results):
+        line, row, _ = items[k]
+        items[k] = (line, row, RowError(line, _row_message(r, wl_cols, row), r) if isinstance(r, WattGPUError) else r)
+    fields = cols + [c for c in OUTPUT_COLUMNS if c not in cols]
+    fields += [] if "error" in fields else ["error"]
+    out = io.StringIO(newline="")
+    summary = BatchSummary()
+    _write_rows(out, fields, iter(items), "skip", I.prices_input({}), lambda err: None, summary)
+    return Response(out.getvalue(), media_type=CSV_MEDIA,
+                    headers={"X-Rows-Predicted": str(summary.predicted), "X-Rows-Failed": str(summary.skipped),
+                             "Content-Disposition": 'attachment; filename="wattgpu-predictions.csv"'})
+
+
 # ---------------------------------------------------------------- the app
 def _static(name: str) -> bytes:
     return resources.files("wattgpu.service").joinpath("static").joinpath(name).read_bytes()
@@ -349,6 +461,9 @@ def create_app(models: str | None = None, *, max_in_flight: int = MAX_IN_FLIGHT,
         async def endpoint(request: Request) -> Response:
             return await svc.run(None, lambda _: work(svc))
         return endpoint
+
+    async def batch_csv(request: Request) -> Response:
+        return await svc.run(request, lambda parsed: batch_csv_work(svc, parsed), parse=parse_csv)
 
     async def healthz(request: Request) -> Response:
         from .. import __version__
@@ -400,6 +515,7 @@ def create_app(models: str | None = None, *, max_in_flight: int = MAX_IN_FLIGHT,
         Route("/v1/gpus", get(gpus)), Route("/v1/llms", get(llms)),
         Route("/v1/predict", post(predict_work), methods=["POST"]),
         Route("/v1/predict/batch", post(batch_work), methods=["POST"]),
+        Route("/v1/predict/batch.csv", batch_csv, methods=["POST"]),
         Route("/v1/rank", post(rank_work), methods=["POST"]),
     ]
     app = Starlette(routes=routes, exception_handlers={HTTPException: http_error, Exception: internal})

@@ -167,6 +167,14 @@ def openapi_document() -> dict[str, Any]:
         "/v1/predict/batch": {"post": {"summary": f"Up to {MAX_BATCH_ROWS:,} rows in one vectorised pass",
                                        "operationId": "predictBatch", "requestBody": body("BatchRequest"),
                                        "responses": {"200": ok("One result per row", ref("BatchResult")), **errors}}},
+        "/v1/predict/batch.csv": {"post": {
+            "summary": f"The CSV of `wattgpu predict --input` (<= {MAX_BATCH_ROWS:,} rows, 1 MiB)",
+            "operationId": "predictBatchCsv",
+            "requestBody": {"required": True, "content": {"text/csv": {"schema": {"type": "string", "description":
+                            "A header with llm, gpu and any input column of `wattgpu predict --input`"}}}},
+            "responses": {"200": {"description": "The input columns, the output columns (wattgpu.record) and "
+                                                 "`error` per row", "content": {"text/csv": {"schema": {
+                                                     "type": "string"}}}}, **errors}}},
         "/v1/rank": {"post": {"summary": "Rank GPUs for one LLM (= wattgpu rank --json)", "operationId": "rank",
                               "requestBody": body("RankRequest"),
                               "responses": {"200": ok("Candidates and excluded GPUs", ref("RankResult")), **errors}}},
@@ -189,7 +197,10 @@ def docs_html(spec: dict[str, Any]) -> str:
         for method, op in ops.items():
             parts.append(f"<h2><code>{method.upper()} {html.escape(path)}</code></h2><p>{html.escape(op['summary'])}</p>")
             req = op.get("requestBody")
-            if req:
+            if req and "application/json" not in req["content"]:  # the batch CSV: text, described in words
+                parts.append(f"<p>Request body ({html.escape(', '.join(req['content']))}): "
+                             f"{html.escape(next(iter(req['content'].values()))['schema']['description'])}</p>")
+            elif req:
                 name = req["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[-1]
                 parts.append(f"<details><summary>Request body ({name})</summary><pre>"
                              f"{html.escape(json.dumps(schemas[name], indent=2))}</pre></details>")

@@ -12,6 +12,7 @@ from . import features as F
 from . import latency, ops, physics
 from .assemble import Evaluate, Row
 from .bundle import ModelBundle
+from .calibration import apply_ttft
 from .checks import (capacity_warnings, context_warnings, domain_warnings, intervals, not_finite_error,
                      server_warnings, tp_warnings)
 from .energy import energy_figures
@@ -73,6 +74,7 @@ def core(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.C
     with np.errstate(divide="ignore", invalid="ignore"):
         numbers.update(latency_numbers(cols, budget, batch, numbers["itl_s"], tokens_per_s,
                                        latency.step_envelope(batch, cap["grid_batch"], cap["grid_itl"]), wait))
+    apply_ttft(bundle, cols, numbers)  # a calibrated bundle's TTFT scale (wattgpu.calibration)
     return numbers, mix
 
 

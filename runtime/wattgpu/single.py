@@ -26,6 +26,7 @@ from . import assemble, capacity, latency, ops, parallel
 from . import features as F
 from .assemble import Row
 from .bundle import ModelBundle
+from .calibration import apply_ttft
 from .checks import NO_KV_CACHE
 from .prediction import Prediction
 from .results import (CLOSED_LOOP_CODE, ROW_COLUMNS, RowMemo, finish, latency_numbers, memo_for, prediction,
@@ -119,6 +120,7 @@ def numbers_one(bundle: ModelBundle, row: Row, memo: RowMemo | None = None) -> t
         wait = latency.closed_loop_wait(clients, rate / c["wl_output_tokens"], req_s)
         numbers.update(latency_numbers(c, latency.prefill_budget(g, wl), batch, itl, rate,
                                        latency.step_envelope_one(batch, grid_batch, grid_itl), wait))
+        apply_ttft(bundle, c, numbers)  # a calibrated bundle's TTFT scale (wattgpu.calibration)
     except ArithmeticError:  # ZeroDivisionError, OverflowError: numpy would give inf/NaN
         return None
     numbers.update(max_qps=max_qps, utilization=util, max_concurrency=ops.maximum(c["fit_sequences"], 0.0),

@@ -38,7 +38,7 @@ QUANTITIES = (*TARGETS, TTFT)  # what a calibration corrects: the model outputs,
 # Prior scales (docs/calibration.md). TAU: the level parameter's total scale (the GPU's + one LLM's own share)
 # and the second parameter's; GPU_SHARE: the part of the level's prior variance that is the GPU's (the rest is
 # one LLM's own): with one LLM measured, that share of the runs' level carries to the GPU's other LLMs.
-TAU = {POWER: {"offset": 1.0, "slope": 0.5}, ITL: {"overhead": 0.5, "bandwidth": 0.3}, TTFT: {"scale": 0.7}}
+TAU = {POWER: {"offset": 1.0, "slope": 0.5}, ITL: {"overhead": 0.5, "bandwidth": 0.3}, TTFT: {"scale": 0.7, "slope": 0.25}}
 GPU_SHARE = {POWER: 0.1, ITL: 0.7, TTFT: 0.3}  # picked by the k-shot rule on all LOGO groups (kshot.GPU_SHARE_GRID)
 SIGMA0 = {POWER: 0.13, ITL: 0.16, TTFT: 0.3}
 NU0 = 3.0  # prior weight (pseudo-runs) of the bundle's interval width
@@ -50,7 +50,7 @@ RHO_RANGE = (0.5, 2.0)
 METHOD = ("per measured GPU, MAP fit with normal priors of a GPU level, a second GPU term and each measured LLM's "
           "own level share (wattgpu.calibration): power = idle + (TDP - idle)*sigmoid(logit u + offset + "
           f"slope*dlog batch); ITL = floor + max(exp(overhead)*excess + bandwidth*floor, {EXCESS_MIN}*floor); "
-          "TTFT = exp(scale)*TTFT; the GPU terms apply to every LLM on the GPU, an LLM's share to that LLM only; "
+          "TTFT = exp(scale + slope*dlog batch)*TTFT; the GPU terms apply to every LLM on the GPU, an LLM's share to that LLM only; "
           "parameters kept by leave-one-run-out")
 LABEL = {ITL: "ITL", POWER: "power", TTFT: "TTFT"}
 _COLS = ("gpu_tdp_w", "idle_power_w", "roofline_itl_s", "eff_batch")
@@ -74,9 +74,9 @@ def itl_map(raw: Any, p: Mapping[str, float], floor: Any) -> Any:
                                EXCESS_MIN * floor)
 
 
-def ttft_map(raw: Any, p: Mapping[str, float]) -> Any:
-    """TTFT = e^scale × the serving math's TTFT."""
-    return raw * ops.exp(p.get("scale", 0.0))
+def ttft_map(raw: Any, p: Mapping[str, Any], dlnb: Any = 0.0) -> Any:
+    """TTFT = e^(scale + slope·Δln b) × the serving math's TTFT."""
+    return raw * ops.exp(p.get("scale", 0.0) + p.get("slope", 0.0) * dlnb)
 
 
 def log_batch(cols: Mapping[str, Any]) -> Any:
@@ -281,31 +281,41 @@ class Calibration:
         f = self.targets.get(TTFT)
         if f is None:
             return
-        scale: Any
+        ttft: Any = numbers["ttft_s"]
         if isinstance(cols["gpu_tdp_w"], np.ndarray):
             gpus, llms = self._names(cols)
-            scale = np.zeros(len(gpus))
+            ttft = np.array(ttft, dtype=np.float64, copy=True)
+            changed = False
             for g, m in sorted(set(zip(gpus.tolist(), llms.tolist()))):
-                scale[(gpus == g) & (llms == m)] = f.params(g or None, m or None, self.apply_to_other_gpus).get("scale", 0.0)
-            if not scale.any():
+                p = f.params(g or None, m or None, self.apply_to_other_gpus)
+                if p:
+                    mask = (gpus == g) & (llms == m)
+                    ttft[mask] = ttft_map(ttft[mask], p, self._dlnb({"eff_batch": cols["eff_batch"][mask]}, g or None))
+                    changed = True
+            if not changed:
                 return
         else:
-            scale = f.params(_find(self.gpus, cols), _find(self.llms, cols), self.apply_to_other_gpus).get("scale", 0.0)
-            if scale == 0.0:
+            g1 = _find(self.gpus, cols)
+            p = f.params(g1, _find(self.llms, cols), self.apply_to_other_gpus)
+            if not p:
                 return
-        ttft = numbers["ttft_s"] * ops.exp(scale)  # ttft_map with one scale per row
+            ttft = ttft_map(ttft, p, self._dlnb(cols, g1))
         numbers["ttft_s"] = ttft
         numbers["e2e_latency_s"] = latency.e2e_latency(ttft, numbers["itl_s"], cols["wl_output_tokens"])
+
+    def _dlnb(self, cols: Mapping[str, Any], name: str | None) -> Any:
+        """Δln b of rows ``cols`` from GPU ``name``'s runs, clipped to their span widened by BATCH_MARGIN (0 without runs)."""
+        if name is None:
+            return 0.0
+        g = self.gpus[name]
+        lo, hi = g.log_batch_range
+        return ops.clip(log_batch(cols) - g.log_batch_ref, lo - g.log_batch_ref - BATCH_MARGIN,
+                        hi - g.log_batch_ref + BATCH_MARGIN)
 
     def _one(self, target: str, raw: Any, p: Mapping[str, float], cols: Mapping[str, Any], name: str | None) -> Any:
         if target == ITL:
             return itl_map(raw, p, cols["roofline_itl_s"])
-        dlnb: Any = 0.0
-        if name is not None and p.get("slope", 0.0) != 0.0:
-            g = self.gpus[name]
-            lo, hi = g.log_batch_range
-            dlnb = ops.clip(log_batch(cols) - g.log_batch_ref, lo - g.log_batch_ref - BATCH_MARGIN,
-                            hi - g.log_batch_ref + BATCH_MARGIN)
+        dlnb: Any = self._dlnb(cols, name) if p.get("slope", 0.0) != 0.0 else 0.0
         return power_map(raw, p, cols["idle_power_w"], cols["gpu_tdp_w"], dlnb)
 
 
@@ -387,7 +397,7 @@ def model_value(target: str, raw: np.ndarray, p: Mapping[str, float], cols: Mapp
     if target == ITL:
         return itl_map(raw, p, cols["roofline_itl_s"])
     if target == TTFT:
-        return ttft_map(raw, p)
+        return ttft_map(raw, p, dlnb)
     idle, tdp = cols["idle_power_w"], cols["gpu_tdp_w"]
     busy_w = np.minimum(power_map(raw, p, idle, tdp, dlnb), tdp)
     return idle + busy * np.maximum(busy_w - idle, 0.0)

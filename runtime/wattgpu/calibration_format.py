@@ -12,10 +12,10 @@ from .features import GPU_COLUMN_KEYS, RAW_KEYS
 from .targets import ITL, POWER
 
 TTFT = "ttft"  # time to first token: not a model output, corrected after the serving math (calibration.apply_ttft)
-PARAMS = {POWER: ("offset", "slope"), ITL: ("overhead", "bandwidth"), TTFT: ("scale",)}
+PARAMS = {POWER: ("offset", "slope"), ITL: ("overhead", "bandwidth"), TTFT: ("scale", "slope")}
 # the first parameter of each quantity is its level: the one an LLM's own share moves
 BOUNDS = {POWER: {"offset": (-5.0, 5.0), "slope": (0.0, 1.0)}, ITL: {"overhead": (-4.0, 4.0), "bandwidth": (-0.6, 3.0)},
-          TTFT: {"scale": (-4.0, 4.0)}}
+          TTFT: {"scale": (-4.0, 4.0), "slope": (-1.0, 1.0)}}
 # format 3 (issue 33): TTFT was reported, never stored; an LLM's own level was fitted and not applied
 V3_PARAMS = {POWER: PARAMS[POWER], ITL: PARAMS[ITL]}
 TARGET_KEYS = ("runs", "gpu", "llm", "other", "sigma", "interval_scale", "loro")

@@ -458,7 +458,7 @@ def fit_params(target: str, names: Sequence[str], y: np.ndarray, value: Callable
         with np.errstate(all="ignore"):
             return ly - np.log(value(p))
 
-    for _ in range(2):  # σ from the prior, then updated with the fit's own scatter
+    for _ in range(3):  # σ (and τ_llm) from the prior, then updated with the fit's own scatter
         for _ in range(iters):
             r = resid(theta)
             J = np.empty((n, k + n_cl))
@@ -478,6 +478,9 @@ def fit_params(target: str, names: Sequence[str], y: np.ndarray, value: Callable
             theta = new
         rss = float(np.sum(resid(theta) ** 2))
         sigma = math.sqrt((NU_SIGMA * SIGMA0[target] ** 2 + rss) / (NU_SIGMA + n))
+        if n_cl >= 2:  # LLMs whose levels disagree: each keeps more of its own, less carries to the GPU
+            shares = theta[k:]
+            tau[k:] = math.sqrt((NU_SIGMA * tau_llm ** 2 + float(np.sum(shares ** 2))) / (NU_SIGMA + n_cl))
     gpu = {p: _round6(v) for p, v in zip(names, theta[:k].tolist())}
     llm = {m: {names[0]: _round6(float(np.clip(theta[0] + theta[k + j], lo0, hi0)) - gpu[names[0]])}
            for j, m in enumerate(uniq)}

@@ -189,3 +189,24 @@ def test_every_bad_line_of_a_log_is_reported_in_one_pass(tmp_path):
     assert "3 bad lines" in res.stderr
     for line in (7, 52, 402):  # sample i is on line i + 2 (the header is line 1)
         assert f"line {line}:" in res.stderr
+
+
+@pytest.mark.parametrize("edit, needle", [
+    (lambda s: s.pop("llms"), "no key 'llms'"),
+    (lambda s: s["targets"]["power"]["llm"][GPU].update({"someone/else": {"offset": 0.1}}), "not in calibration.llms"),
+    (lambda s: s["targets"]["power"]["llm"][GPU][LLM].update({"slope": 0.1}), "unknown parameter 'slope'"),
+    (lambda s: s["targets"]["ttft"]["gpu"][GPU].update({"scale": 9.0}), "outside"),
+    (lambda s: s["llms"][LLM]["fingerprint"].update({"gpu_tdp_w": 1.0}), "unknown column 'gpu_tdp_w'"),
+])
+def test_a_bad_format_4_section_is_refused_naming_the_key(agreeing, tmp_path, edit, needle):
+    import shutil
+
+    from wattgpu.errors import ArtifactError
+
+    bad = tmp_path / "bad"
+    shutil.copytree(agreeing, bad)
+    m = json.loads((bad / SCHEMA_FILE).read_text())
+    edit(m["calibration"])
+    (bad / SCHEMA_FILE).write_text(json.dumps(m))
+    with pytest.raises(ArtifactError, match=needle):
+        Predictor(models=bad).predict(GPU, LLM, _wl(32))

@@ -24,7 +24,7 @@ import numpy as np
 from . import features as F
 from . import latency, ops
 from .bundle import SCHEMA_FILE, ModelBundle, rewrite_bundle
-from .calibration_format import BOUNDS, PARAMS, TTFT, read_section
+from .calibration_format import BOUNDS, PARAMS, TTFT
 from .errors import ConfigFileError, WattGPUError
 from .targets import EXCESS_MIN, ITL, POWER, TARGETS
 
@@ -33,7 +33,6 @@ if TYPE_CHECKING:
 
     from .specs import GpuSpec, LlmSpec
 
-__all__ = ["BOUNDS", "PARAMS", "TTFT", "read_section"]  # re-exported: the section's rules, for callers of this module
 QUANTITIES = (*TARGETS, TTFT)  # what a calibration corrects: the model outputs, then TTFT
 # Prior scales (docs/calibration.md). TAU: the level parameter's total scale (the GPU's + one LLM's own share)
 # and the second parameter's; GPU_SHARE: the part of the level's prior variance that is the GPU's (the rest is

@@ -1,15 +1,5 @@
-"""Calibration on a user's own runs: a correction in physical terms per measured GPU and LLM, fitted and applied.
-
-Power: offset + log-batch slope in the logit of the idle→TDP share; ITL: per-step overhead (e^overhead
-× the time above the roofline floor) + bandwidth (a share of the floor); TTFT: a log scale; all inside
-the physical bounds for any parameters. Per measured GPU a MAP fit of a GPU level (+ the second
-parameter) and each measured LLM's own level share: the GPU's terms carry to every LLM on that GPU,
-an LLM's share only to that LLM (issue 39). The runs' own scatter sets how far the fit moves (σ from
-their residuals): runs that agree are matched in full, scattered ones shrink toward the model.
-Parameter sets are kept by leave-one-run-out. GPUs without runs change only with
-``apply_to_other_gpus``. Formulas and constants: docs/calibration.md. Runtime only (numpy); the manifest
-section's rules live in :mod:`wattgpu.calibration_format`.
-"""
+"""`wattgpu calibrate`: per measured GPU its terms (all its LLMs) and each measured LLM's own level share
+(that LLM only), MAP-fitted on the user's runs and applied inside the physical bounds. docs/calibration.md."""
 from __future__ import annotations
 
 import json
@@ -46,11 +36,8 @@ U_EPS = 1e-6
 BATCH_MARGIN = math.log(2.0)  # the power slope extrapolates at most a factor 2 beyond the runs' batches
 Z90 = 1.2815515655446004  # standard normal 0.9 quantile (80 % two-sided)
 RHO_RANGE = (0.5, 2.0)
-METHOD = ("per measured GPU, MAP fit with normal priors of a GPU level, a second GPU term and each measured LLM's "
-          "own level share (wattgpu.calibration): power = idle + (TDP - idle)*sigmoid(logit u + offset + "
-          f"slope*dlog batch); ITL = floor + max(exp(overhead)*excess + bandwidth*floor, {EXCESS_MIN}*floor); "
-          "TTFT = exp(scale + slope*dlog batch)*TTFT; the GPU terms apply to every LLM on the GPU, an LLM's share to that LLM only; "
-          "parameters kept by leave-one-run-out")
+METHOD = ("MAP per measured GPU: GPU terms + each measured LLM's level share (wattgpu.calibration; "
+          "docs/calibration.md)")
 LABEL = {ITL: "ITL", POWER: "power", TTFT: "TTFT"}
 _COLS = ("gpu_tdp_w", "idle_power_w", "roofline_itl_s", "eff_batch")
 
@@ -115,8 +102,7 @@ class Loro:
 
 @dataclass(frozen=True)
 class TargetFit:
-    """One quantity's correction: GPU terms per measured GPU, each measured LLM's level share per GPU, pooled
-    level terms for other GPUs, σ, interval scales, LORO."""
+    """One quantity's correction: GPU terms per measured GPU, each measured LLM's level share per GPU, …"""
 
     runs: int
     gpu: dict[str, dict[str, float]]
@@ -205,8 +191,7 @@ class Calibration:
         return _find(self.llms, F.llm_columns(llm))
 
     def params(self, name: str | None, llm: str | None = None) -> dict[str, dict[str, float]]:
-        """quantity → the parameters applied to LLM ``llm`` on GPU ``name`` (None: not measured; the GPU's own
-        terms when ``llm`` is None)."""
+        """quantity → the parameters applied to LLM ``llm`` on GPU ``name`` (None: not measured; the GPU's …"""
         return {t: f.params(name, llm, self.apply_to_other_gpus) for t, f in self.targets.items()}
 
     def describe(self, gpu: "GpuSpec") -> dict[str, Any]:
@@ -365,8 +350,7 @@ def llm_fingerprint(llm: "LlmSpec") -> dict[str, float | None]:
 # ---- the runs
 @dataclass
 class Runs:
-    """Measured runs resolved against a bundle (see wattgpu.measured): columns at each run's running batch,
-    raw model outputs there, what the user saw before (``predicted``), measurements, a server's busy share."""
+    """Measured runs resolved against a bundle (see wattgpu.measured): columns at each run's running …"""
 
     triples: list[Any]
     gpus: list[str]
@@ -403,8 +387,7 @@ def model_value(target: str, raw: np.ndarray, p: Mapping[str, float], cols: Mapp
 
 
 def prior_scales(target: str, names: Sequence[str], gpu_share: float | None = None) -> tuple[np.ndarray, float]:
-    """(τ of each GPU parameter ``names``, τ of one LLM's own level share): the level's total prior variance
-    split ``gpu_share`` : 1 − ``gpu_share`` between the GPU and the LLM (default: ``GPU_SHARE[target]``)."""
+    """(τ of each GPU parameter ``names``, τ of one LLM's own level share): the level's total prior …"""
     gpu_share = GPU_SHARE[target] if gpu_share is None else gpu_share
     level = PARAMS[target][0]
     tau = [TAU[target][p] * (math.sqrt(gpu_share) if p == level else 1.0) for p in names]
@@ -428,9 +411,7 @@ class Fitted:
 
 def fit_params(target: str, names: Sequence[str], y: np.ndarray, value: Callable[[dict[str, Any]], np.ndarray],
                gpu_share: float | None = None, iters: int = 25, clusters: Sequence[str] | None = None) -> Fitted:
-    """MAP parameters ``names`` (the others 0) of runs ``y`` whose calibrated prediction is ``value(params)``
-    (``params`` may hold an array per parameter: one value per run), and σ; ``clusters`` (each run's LLM):
-    each LLM's own share of the level parameter, applied to that LLM's runs (docs/calibration.md)."""
+    """MAP parameters ``names`` (the others 0) of runs ``y`` whose calibrated prediction is …"""
     n = len(y)
     if n == 0 or not names:
         return Fitted({}, {}, SIGMA0[target])
@@ -499,8 +480,7 @@ def _at_rows(value: Callable[[dict[str, Any], np.ndarray], np.ndarray], rows: np
 def loro_select(target: str, y: np.ndarray, before: np.ndarray,
                 value: Callable[[dict[str, Any], np.ndarray], np.ndarray], gpu_share: float | None = None,
                 clusters: Sequence[str] | None = None) -> tuple[tuple[str, ...], Loro]:
-    """The parameter set kept for one GPU's runs by leave-one-run-out (``value(params, rows)``); a held-out
-    run is predicted with the GPU's terms plus its LLM's share when the other runs measured that LLM."""
+    """The parameter set kept for one GPU's runs by leave-one-run-out (``value(params, rows)``); a …"""
     n = len(y)
     full = PARAMS[target]
     base = _mdape(y, before)
@@ -551,8 +531,7 @@ def interval_scales(gpus: Sequence[str], measured: np.ndarray, calibrated: np.nd
 
 def fit(runs: Runs, factors_80: Mapping[str, float] | None = None, apply_to_other_gpus: bool = False,
         gpu_share: float | None = None, check: bool = True, quantities: Sequence[str] = QUANTITIES) -> Calibration:
-    """The calibration of ``runs`` (``factors_80``: target → the bundle's 80 % log half-width; ``check``: LORO;
-    ``quantities``: those to fit, of :data:`QUANTITIES`)."""
+    """The calibration of ``runs`` (``factors_80``: target → the bundle's 80 % log half-width; …"""
     g_arr = np.asarray(runs.gpus, dtype=object)
     lnb = np.log(np.maximum(np.asarray(runs.cols["eff_batch"], float), 1.0))
     gpus: dict[str, GpuCal] = {}
@@ -628,8 +607,7 @@ def fit(runs: Runs, factors_80: Mapping[str, float] | None = None, apply_to_othe
 
 
 def gap_closed(runs: Runs, cal: Calibration) -> dict[str, np.ndarray]:
-    """quantity → per run, the share of its gap to the model (in log units) the calibration closes:
-    1 − |log(y / calibrated)| / |log(y / uncalibrated)| (1: matched, 0: unchanged, < 0: moved away)."""
+    """quantity → per run, the share of its gap to the model (in log units) the calibration closes: 1 − …"""
     out: dict[str, np.ndarray] = {}
     llm_of = runs.llm_names()
     lnb = np.log(np.maximum(np.asarray(runs.cols["eff_batch"], float), 1.0))
@@ -676,15 +654,13 @@ def of(bundle: ModelBundle) -> Calibration | None:
 
 
 def apply_ttft(bundle: ModelBundle, cols: Mapping[str, Any], numbers: dict[str, Any]) -> None:
-    """THE TTFT correction of a calibrated bundle: ``numbers["ttft_s"]`` and ``["e2e_latency_s"]`` of rows
-    ``cols`` (arrays, or one row of floats) rescaled in place; nothing for an uncalibrated bundle."""
+    """THE TTFT correction of a calibrated bundle: ``numbers["ttft_s"]`` and ``["e2e_latency_s"]`` of …"""
     if bundle.schema.calibration is not None:
         of(bundle).apply_ttft(cols, numbers)  # type: ignore[union-attr]
 
 
 def write_calibrated(base: ModelBundle, cal: Calibration, out_dir: "Path") -> dict[str, Any]:
-    """Write ``base`` + ``cal`` as a bundle in ``out_dir`` (same model files, catalog with measured idle powers);
-    a file-system problem is a ConfigFileError naming the path (exit 2)."""
+    """Write ``base`` + ``cal`` as a bundle in ``out_dir`` (same model files, catalog with measured …"""
     doc = base.catalog_document()
     for entry in doc.get("gpus", []):
         g = cal.gpus.get(entry.get("name"))
@@ -741,9 +717,7 @@ def check_out_dir(base: ModelBundle, out_dir: "str | Path") -> None:
 
 
 def calibrate(runs: Runs, base: ModelBundle, out_dir: "str | Path", apply_to_other_gpus: bool = False) -> Calibration:
-    """Fit ``runs`` (predicted by ``base``) and write the calibrated bundle to ``out_dir``. TTFT is fitted on
-    the TTFT the power/ITL-calibrated bundle computes (its serving math reads the calibrated ITL) when the
-    runs can be re-predicted (``runs.ttft_with``)."""
+    """Fit ``runs`` (predicted by ``base``) and write the calibrated bundle to ``out_dir``."""
     from dataclasses import replace
     from pathlib import Path
 
@@ -763,8 +737,7 @@ def calibrate(runs: Runs, base: ModelBundle, out_dir: "str | Path", apply_to_oth
 
 
 def report(cal: Calibration, runs: Runs, out_dir: str) -> str:
-    """What `wattgpu calibrate` prints: per GPU and quantity the parameters kept, the leave-one-run-out error
-    before and after, and the share of the runs' own gap the written bundle closes."""
+    """What `wattgpu calibrate` prints: per GPU and quantity the parameters kept, the leave-one-run-out …"""
     closed = gap_closed(runs, cal)
     g_arr = np.asarray(runs.gpus, dtype=object)
     lines = [cal.summary(),
@@ -791,8 +764,8 @@ def report(cal: Calibration, runs: Runs, out_dir: str) -> str:
     idle = [f"{n} {g.idle_power_w:g} W" for n, g in sorted(cal.gpus.items()) if g.idle_measured]
     if idle:
         lines.append("idle power from your idle_power_w or low-load server runs replaces the catalog's: " + ", ".join(idle))
-    lines += ["LORO: median |error| of your runs, each predicted by a fit on the others (before: uncalibrated); gap "
-              "closed: median share of each run's gap to the model the bundle closes (100 %: matched); the GPU's terms "
-              "apply to every LLM on it, an LLM's own share to that LLM only; parameters: docs/calibration.md",
+    lines += ["LORO: median |error| of your runs, each predicted by a fit on the others; gap closed: median share of "
+              "each run's gap the bundle closes; GPU terms apply to all its LLMs, an own share to its LLM only "
+              "(docs/calibration.md)",
               f"wrote {out_dir}: use it with `wattgpu predict --models {out_dir}` or WATTGPU_MODELS={out_dir}"]
     return "\n".join(lines)

@@ -29,8 +29,7 @@ _LLM_COLUMN_NAMES = frozenset(k for k in RAW_KEYS if k.startswith("llm_"))
 
 
 def read_section(s: Any, models: set[str], version: int = 4) -> None:
-    """Check a manifest ``calibration`` section of bundle format ``version`` (3 or 4); ValueError names the
-    first problem."""
+    """Check a manifest ``calibration`` section of bundle format ``version`` (3 or 4); ValueError names …"""
     v3 = version <= 3
 
     def keys(obj: Any, where: str, allowed: tuple[str, ...]) -> Mapping[str, Any]:

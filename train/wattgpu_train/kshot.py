@@ -1,18 +1,6 @@
-"""k-shot calibration scoreboard: how much a user's first k runs fix the held-out error.
-
-For each held-out group of a split (a GPU under LOGO, a source under LOSO) the out-of-fold
-predictions come from models that never saw the group. The user's runs are simulated by a fixed
-rule, blind to the errors: the group's LLM with the most single-GPU rows (ties: name), its rows in
-``row_id`` order, the first k (all of them when it has fewer). :func:`wattgpu.calibration.fit` — the
-runtime's own code — fits the correction on those k rows, :meth:`Calibration.apply` corrects the
-group's other rows, and both are scored against the measurements (MdAPE, before vs after): every other
-row, and the rows of the group's OTHER LLMs (what carries from one LLM's runs to the rest of its GPU).
-
-The one prior choice, ``GPU_SHARE`` (how much of the runs' level is the GPU's and so carries), is made
-inside the training folds: each held-out group is scored at the grid value that the selection rule
-picks on the split's OTHER groups (:func:`nested`). The runtime's constant is the value the rule picks
-on all LOGO groups.
-"""
+"""k-shot calibration scoreboard (reports/calibration.md): each held-out group (LOGO: a GPU, LOSO: a source)
+calibrated on k of its runs by the runtime's own :func:`wattgpu.calibration.fit`, scored on its other rows and
+its other LLMs' rows; GPU_SHARE chosen per group on the split's other groups (:func:`nested`)."""
 from __future__ import annotations
 
 import time
@@ -38,25 +26,14 @@ TARGET_SCORED = {"logo": "other_llms", "loso": "all"}
 # Earlier designs of the correction, scored by this table on data/ while it was being written (k = 3,
 # all scored rows, uncalibrated → calibrated MdAPE). Kept so the reader knows the current design was
 # chosen after seeing these figures; the priors were not changed between the runs.
-HISTORY = (
-    "Design 1: stack + GPU levels, equal weight per run: LOGO power 19.2 → 17.0 %, ITL 17.1 → 20.4 %; "
-    "LOSO power 37.6 → 18.6 %, ITL 42.1 → 25.8 %.",
-    "Design 2: + an LLM level that is fitted but not applied (runs of one LLM cannot pass its own error off as "
-    "the GPU's): LOGO power → 14.8 %, ITL → 19.4 %; LOSO power → 20.8 %, ITL → 25.5 %.",
-    "Design 3: + delta-method weights: LOGO power 17.9 → 16.4 %, ITL 18.5 → 14.8 %; LOSO power 47.8 → 23.3 %, "
-    "ITL 45.7 → 25.8 %.",
-    "Design 4 (issue 33): per GPU, two physical parameters per quantity, MAP with the LLM level fitted and not "
-    "applied, kept by leave-one-run-out, SHRINK 0.5 chosen on the test groups: LOGO power 15.4 → 14.3 %, ITL "
-    "18.2 → 14.3 % (all other rows); A100 SXM4 40GB and B200 made worse; TTFT fitted, not applied.",
-    "Design 5a (issue 39): each measured LLM's own level share applied to it, the GPU's terms to all its LLMs, one "
-    "GPU share for all quantities picked per held-out group on the other groups (grid 0.3–0.95), τ slope 0.125, "
-    "σ prior weight 3: LOGO on the GPU's other LLMs, k = 3, power 15.6 → 13.6 %, ITL 18.0 → 15.1 %; B200 made "
-    "worse (power and ITL), RTX 5070 Ti (power).",
-    "Design 5b: the GPU share picked per quantity (grid 0.1–0.95): power → 14.0 %, ITL → 13.7 %; B200 (both), RTX "
-    "5070 Ti (power) made worse.",
-    "Design 5c (current): 5b + τ slope 0.5, σ prior weight 1 (runs that agree are matched: the +10 % fixture of "
-    "tests/test_calibration_carry.py), a TTFT log-batch slope, τ_llm updated from the LLMs' disagreement: the "
-    "table below. Both targets stay missed, and below even the oracle level (a column of the table).",
+HISTORY = (  # earlier designs, scored on the same data and rule (k = 3); designs 1-3: git history of this file
+    "Design 4 (issue 33): LLM level fitted, not applied; SHRINK 0.5 chosen on the test groups: LOGO power 15.4 → "
+    "14.3 %, ITL 18.2 → 14.3 % (all other rows); A100 SXM4 40GB, B200 worse; TTFT not applied.",
+    "Design 5a (issue 39): LLM share applied, GPU terms to all its LLMs, one nested GPU share (0.3–0.95), τ slope "
+    "0.125, σ weight 3: LOGO other LLMs power 15.6 → 13.6 %, ITL 18.0 → 15.1 %; B200, RTX 5070 Ti worse.",
+    "Design 5b: GPU share per quantity (0.1–0.95): power → 14.0 %, ITL → 13.7 %; B200, RTX 5070 Ti worse.",
+    "Design 5c (current): 5b + τ slope 0.5, σ weight 1, TTFT slope, τ_llm from the LLMs' disagreement: the table "
+    "below; both targets missed, below even the oracle level.",
 )
 RULE = ("the held-out group's LLM with the most single-GPU rows (ties: name), its rows in row_id order, the first "
         "k; scored on every other single-GPU row of the group (all) and on its other LLMs' rows (other LLMs)")
@@ -99,9 +76,7 @@ def _corrected(cal: Any, target: str, pred: np.ndarray, cols: dict[str, np.ndarr
 
 def group_scores(ds: Dataset, target: str, pred: np.ndarray, idx: np.ndarray, ks: tuple[int, ...],
                  gpu_share: float | None = None, other_gpus: bool = False, y: np.ndarray | None = None) -> dict[str, Any]:
-    """Before/after MdAPE on group ``idx``'s rows outside each k's calibration rows: all of them (``all``),
-    those of the calibration runs' source (``same_source``: the user's own stack) and those of the group's other
-    LLMs (``other_llms``); and the share of each calibration run's own gap the calibration closes."""
+    """Before/after MdAPE on group ``idx``'s rows outside each k's calibration rows: all of them …"""
     y = ds.y_physical(target) if y is None else y
     source = ds.records["source"].to_numpy(dtype=object)
     llm = ds.records["llm"].to_numpy(dtype=object)
@@ -136,8 +111,7 @@ def _worse(cell: dict[str, Any]) -> bool:
 
 
 def selection_score(groups: list[dict[str, Any]], ks: tuple[int, ...]) -> tuple[int, float]:
-    """The rule that picks GPU_SHARE from scored groups (each item: target → group → entry): the fewest (group, target,
-    k) cells made worse on the other LLMs' rows, ties by the mean log ratio after/before MdAPE there."""
+    """The rule that picks GPU_SHARE from scored groups (each item: target → group → entry): the fewest …"""
     worse, logs = 0, []
     for by_target in groups:
         for g in (e for by_group in by_target.values() for e in by_group.values()):
@@ -151,9 +125,7 @@ def selection_score(groups: list[dict[str, Any]], ks: tuple[int, ...]) -> tuple[
 
 def nested(per_share: dict[float, dict[str, dict[str, Any]]], ks: tuple[int, ...]
            ) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, float]]]:
-    """Per quantity and held-out group, its scores at the GPU share the rule picks on the split's other groups
-    (that quantity only). ``per_share[share][target][group]``; returns (target → group → entry,
-    target → group → share used)."""
+    """Per quantity and held-out group, its scores at the GPU share the rule picks on the split's other …"""
     shares = sorted(per_share)
     out: dict[str, dict[str, Any]] = {}
     used: dict[str, dict[str, float]] = {}
@@ -172,8 +144,7 @@ def nested(per_share: dict[float, dict[str, dict[str, Any]]], ks: tuple[int, ...
 def kshot(records: pd.DataFrame, catalog: Catalog, recipe: Recipe = DEFAULT, ks: tuple[int, ...] = KS, n_jobs: int = 2,
           preds: dict[str, dict[str, np.ndarray]] | None = None,
           log: Callable[[str], None] | None = None, share_grid: tuple[float, ...] = GPU_SHARE_GRID) -> dict[str, Any]:
-    """The k-shot scoreboard (JSON-ready); ``preds[target][split]``: out-of-fold predictions to reuse, else
-    fitted here. Every ``share_grid`` value is scored; the tables hold each group at its nested choice."""
+    """The k-shot scoreboard (JSON-ready); ``preds[target][split]``: out-of-fold predictions to reuse, …"""
     log = log or (lambda s: None)
     t0 = time.perf_counter()
     out: dict[str, Any] = {"rule": RULE, "ks": list(ks), "targets_pct": {f"{s} {t}": v for (s, t), v in TARGETS_PCT.items()},
@@ -256,8 +227,7 @@ def ttft_data(records: pd.DataFrame, catalog: Catalog) -> tuple[Dataset, dict[st
 
 
 def summarize(groups: dict[str, Any], ks: tuple[int, ...]) -> dict[str, Any]:
-    """Per scored set and k: pooled MdAPE over every scored row, the median of the groups' MdAPEs,
-    the groups made worse; and the median share of the calibration runs' gap closed."""
+    """Per scored set and k: pooled MdAPE over every scored row, the median of the groups' MdAPEs, the …"""
     res: dict[str, Any] = {}
     for scored in SCORED:
         res[scored] = {}
@@ -304,30 +274,22 @@ def markdown(r: dict[str, Any]) -> str:
     """reports/calibration.md."""
     quantities = [t for t in (*TARGETS, TTFT) if t in r]
     lines = ["# Calibration on a few runs (k-shot)", "",
-             "`wattgpu calibrate` corrects the models with a user's own measured runs (formula in "
-             "`docs/calibration.md`). Here each held-out group plays the user: its rows never reach "
-             f"training, and its k calibration runs are chosen by a fixed rule: {r['rule']}.", "",
-             f"Predictions: {r['predictions']}; TTFT: the runtime's serving math (nothing in it is fitted on TTFT). "
-             "Scored rows: **all** = every other single-GPU row of the held-out group; **same source** = those from "
-             "the calibration runs' source (the user's own serving stack); **other LLMs** = the group's rows of LLMs "
-             "the runs did not measure (what carries to the rest of the GPU). MdAPE is pooled over the scored rows; "
-             "'groups worse' lists groups whose MdAPE rose with calibration. **Gap closed**: for each calibration "
-             "run, 1 − |log(measured / calibrated)| / |log(measured / uncalibrated)| (1: the bundle matches the run, "
-             "0: unchanged); the median over the runs of every group. **Oracle level**: each group's rows times the one "
-             "factor that fits them best (the median log ratio of those very rows): the best any correction by one "
-             "level per group could do, a ceiling, not a method.", "",
-             f"Runtime of this scoreboard (`wattgpu-train evaluate --kshot-only`): {r['runtime_s']} s.", ""]
-    lines += ["Design history (same data, same rule): the correction's design was changed after "
-              "seeing this table; the figures of the earlier designs:", ""] + [f"- {h}" for h in HISTORY] + [""]
-    lines += ["LOGO: the runs calibrate the held-out GPU only (the default). LOSO: the held-out source is a user's "
-              "new stack; its pooled level terms reach its other GPUs (`--apply-to-other-gpus`).", "",
-              "**The GPU share, chosen inside the training folds.** `GPU_SHARE` splits the level's prior variance "
-              "between the GPU (carried to all its LLMs) and the measured LLM's own share. Each held-out group is "
-              "scored at the grid value with the fewest (group, quantity, k) cells made worse on the other LLMs' "
-              "rows — ties: the mean log ratio of MdAPE after/before — among the split's OTHER groups; the tables "
-              "below are those nested scores, chosen per quantity. The runtime's `GPU_SHARE` (wattgpu/calibration.py): "
-              + ", ".join(f"{t} {v:g}" for t, v in r["gpu_share"].items()) + "; the same rule on all LOGO groups "
-              "picks " + ", ".join(f"{t} {v:g}" for t, v in r["gpu_share_rule_pick"].items()) + ".", "",
+             "Each held-out group plays a user (formula: `docs/calibration.md`): its rows never reach training; its "
+             f"k runs: {r['rule']}.", "",
+             f"Predictions: {r['predictions']}; TTFT: the runtime's serving math. Scored: **all** other single-GPU rows "
+             "of the group; **same source** as the runs; **other LLMs** than the runs'. MdAPE pooled; 'groups worse': "
+             "MdAPE rose. **Gap closed**: per calibration run 1 − |log(y/calibrated)| / |log(y/uncalibrated)|, median. "
+             "**Oracle level**: each group times the one factor fitting its own scored rows best — a ceiling for any "
+             "one-level correction, not a method.", "",
+             f"Runtime (`wattgpu-train evaluate --kshot-only`): {r['runtime_s']} s.", "", "Design history:", ""]
+    lines += [f"- {h}" for h in HISTORY] + [""]
+    lines += ["LOGO: runs calibrate the held-out GPU only. LOSO: a new stack; pooled level terms reach its other GPUs "
+              "(`--apply-to-other-gpus`).", "",
+              "**GPU share, chosen inside the training folds**: each group is scored at the grid value with the fewest "
+              "(group, k) cells made worse on other LLMs' rows among the split's OTHER groups (ties: mean log ratio "
+              "after/before), per quantity. Runtime `GPU_SHARE`: "
+              + ", ".join(f"{t} {v:g}" for t, v in r["gpu_share"].items()) + "; the rule on all LOGO groups: "
+              + ", ".join(f"{t} {v:g}" for t, v in r["gpu_share_rule_pick"].items()) + ".", "",
               "| GPU share | LOGO cells worse | LOSO cells worse | LOGO power k=3 (other LLMs) | LOGO ITL k=3 (other LLMs) | "
               "LOSO power k=3 | LOSO ITL k=3 |", "|---|---|---|---|---|---|---|"]
     for sh, cells in r["share_grid"].items():
@@ -335,7 +297,7 @@ def markdown(r: dict[str, Any]) -> str:
                                                                    ("loso", "power"), ("loso", "itl"))]
         lines.append(f"| {sh} | {cells['selection']['logo'][0]} | {cells['selection']['loso'][0]} | "
                      + " | ".join(_pct(v) for v in k3) + " |")
-    lines += ["", "Share used per held-out group (nested), per split and quantity:", ""]
+    lines += ["", "Share used per held-out group (nested):", ""]
     for sp, by_t in r["share_used"].items():
         for t, used in by_t.items():
             lines.append(f"- {sp.upper()} {t}: " + ", ".join(f"{g} {v:g}" for g, v in used.items()))
@@ -383,8 +345,7 @@ def markdown(r: dict[str, Any]) -> str:
 
 
 def summary_lines(r: dict[str, Any]) -> list[str]:
-    """What `wattgpu-train evaluate --kshot-only` prints: per split and quantity, on the scored set its target is
-    set on, MdAPE before → after per k, the k = 3 target, the oracle level, the groups made worse, the gap closed."""
+    """What `wattgpu-train evaluate --kshot-only` prints: per split and quantity, on the scored set its …"""
     out = []
     for split in KSHOT_SPLITS:
         scored = r["target_scored"][split]

@@ -59,7 +59,8 @@ def _fit_level(target, y, pred):
     """MAP level term for runs measuring ``y`` where the model predicts ``pred`` (ITL: floor 0)."""
     y, pred = np.asarray(y, float), np.asarray(pred, float)
     cols = {"roofline_itl_s": np.full(len(y), 1e-9)}
-    return fit_params(target, ("overhead",), y, lambda q: itl_map(pred, q, cols["roofline_itl_s"]))
+    f = fit_params(target, ("overhead",), y, lambda q: itl_map(pred, q, cols["roofline_itl_s"]))
+    return f.gpu, f.sigma
 
 
 def test_one_run_moves_less_than_ten_and_never_past_the_evidence():
@@ -337,7 +338,7 @@ def test_calibrate_needs_no_training_stack(tmp_path):
 
 def test_section_round_trips(calibrated):
     m = json.loads((calibrated / SCHEMA_FILE).read_text())
-    assert m["schema_version"] == 3
+    assert m["schema_version"] == 4
     cal = Calibration.from_section(m["calibration"])
     assert cal.to_section() == m["calibration"]
     assert all(BOUNDS["itl"][k][0] <= v <= BOUNDS["itl"][k][1] for k, v in cal.targets["itl"].gpu[GPU].items())

@@ -42,3 +42,36 @@ def test_cli_kshot_only_writes_the_scoreboard(tmp_path):
             assert set(r[target][split]["summary"]["all"]) == {"1", "3", "10"}
     md = (tmp_path / "calibration.md").read_text()
     assert md == markdown(r) and "| LOGO | power | all | 3 |" in md
+
+
+def _entry(before: float, after: float) -> dict:
+    cell = {"rest": 5, "mdape_before": before, "mdape_after": after}
+    return {"1": {"all": cell, "same_source": cell, "other_llms": cell}}
+
+
+def test_a_held_out_groups_gpu_share_is_chosen_on_the_other_groups_only():
+    """SYNTHETIC scores: groups a and b are made worse at share 0.9 and helped at 0.1; group c the reverse.
+    c is scored at 0.1 (what a and b say), whatever its own scores would pick; a (and b) see one group helped
+    and one made worse either way, and the tie goes to the mean log ratio, which c's large swing decides: 0.9,
+    although a's own scores prefer 0.1."""
+    from wattgpu_train.kshot import nested, selection_score
+
+    per_share = {0.1: {"power": {"a": _entry(10, 8), "b": _entry(10, 9), "c": _entry(10, 20)}},
+                 0.9: {"power": {"a": _entry(10, 12), "b": _entry(10, 11), "c": _entry(10, 5)}}}
+    chosen, used = nested(per_share, (1,))
+    assert used["power"] == {"a": 0.9, "b": 0.9, "c": 0.1}
+    assert chosen["power"]["c"]["1"]["other_llms"]["mdape_after"] == 20  # its own bad score, reported as it is
+    assert selection_score([per_share[0.9]], (1,))[0] == 2
+
+
+def test_the_scoreboard_scores_other_llms_and_the_runs_gap(tmp_path):
+    res = CliRunner().invoke(main, ["evaluate", "--kshot-only", "--quick", "--out", str(tmp_path),
+                                    "--data-dir", str(REPO / "data"), "--specs", str(REPO / "specs.json")])
+    assert res.exit_code == 0, res.output
+    assert "target k=3 ≤ 10 %" in res.output and "oracle level" in res.output
+    r = json.loads((tmp_path / "calibration.json").read_text())
+    for target in ("power", "itl", "ttft"):
+        for g in r[target]["logo"]["groups"].values():
+            v = g["3"]
+            assert v["other_llms"]["rest"] <= v["all"]["rest"] and len(v["gap_closed"]) == v["k_used"]
+        assert set(r["share_used"]["logo"][target]) == set(r[target]["logo"]["groups"])

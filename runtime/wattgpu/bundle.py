@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+from .calibration_format import read_section
 from .errors import ArtifactError, ConfigFileError
 from .features import REGISTRY
 from .safeio import parse_json_bytes, read_bounded
@@ -42,7 +43,8 @@ from .targets import TARGETS, TRANSFORMS, UNITS
 if TYPE_CHECKING:
     from pathlib import Path
 
-FORMAT_VERSION = 3  # 2: the ``calibration`` section; 3: that section in physical terms, per measured GPU (issue 33)
+FORMAT_VERSION = 4  # 2: the ``calibration`` section; 3: that section in physical terms, per measured GPU (issue 33);
+# 4: + each measured LLM's own share and the TTFT scale in that section (issue 39)
 SCHEMA_FILE = "feature_schema.json"  # the manifest
 PACKAGED = "wattgpu/models"
 META_PREFIX = "wattgpu."
@@ -55,7 +57,7 @@ MANIFEST_KEYS_V1 = ("schema_version", "recipe", "models", "catalog", "training",
 MANIFEST_KEYS = (*MANIFEST_KEYS_V1, "calibration")
 # The ONNX files' stamped format version each manifest version accepts: format 2 changed only the
 # manifest, so a calibrated (format-2) bundle carries the unchanged model files of a format-1 export.
-ONNX_FORMATS = {1: ("1",), 2: ("1", "2"), 3: ("1", "2", "3")}
+ONNX_FORMATS = {1: ("1",), 2: ("1", "2"), 3: ("1", "2", "3"), 4: ("1", "2", "3", "4")}
 MODEL_KEYS = ("file", "sha256", "transform", "unit", "input_name", "features", "xgboost_params",
               "parity_max_rel_diff", "parity_rtol")
 FEATURE_KEYS = ("name", "unit", "description")
@@ -345,22 +347,30 @@ def _read_v2(data: Mapping[str, Any], r: _Reader) -> FeatureSchema:
 
 
 def _read_v3(data: Mapping[str, Any], r: _Reader) -> FeatureSchema:
-    """Format 3 = format 1 + ``calibration`` (null, or the section :mod:`wattgpu.calibration` reads)."""
-    from dataclasses import replace
+    """Format 3 = format 1 + ``calibration`` (null, or an issue-33 section: no LLM shares, no TTFT)."""
+    return _read_calibrated(data, r, 3)
 
-    from .calibration import read_section  # the section's owner checks it
+
+def _read_v4(data: Mapping[str, Any], r: _Reader) -> FeatureSchema:
+    """Format 4 = format 3 whose ``calibration`` section also holds each measured LLM's share and the TTFT scale."""
+    return _read_calibrated(data, r, 4)
+
+
+def _read_calibrated(data: Mapping[str, Any], r: _Reader, version: int) -> FeatureSchema:
+    from dataclasses import replace
 
     schema = _read_v1(data, r, MANIFEST_KEYS)
     section = data["calibration"]
     if section is not None:
         try:
-            read_section(section, set(schema.models))
+            read_section(section, set(schema.models), version)  # wattgpu.calibration_format: the section's rules
         except ValueError as exc:
             raise r.fail("calibration", str(exc)) from None
     return replace(schema, calibration=section)
 
 
-READERS: dict[int, Callable[[Mapping[str, Any], _Reader], FeatureSchema]] = {1: _read_v1, 2: _read_v2, 3: _read_v3}
+READERS: dict[int, Callable[[Mapping[str, Any], _Reader], FeatureSchema]] = {1: _read_v1, 2: _read_v2, 3: _read_v3,
+                                                                         4: _read_v4}
 
 
 # ---- writing: the manifest is built here, beside its reader (export adds ONNX bytes, calibrate a section)

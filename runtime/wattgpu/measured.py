@@ -100,12 +100,17 @@ def runs_from_rows(rows: Iterable[tuple[int, dict[str, str], str | None]], origi
         if problem is not None:
             raise WattGPUError(f"{origin}: line {line}: {problem}")
     ttft_pred = np.array([math.nan if p.ttft_s is None else p.ttft_s for p in preds])
+
+    def ttft_with(models: str) -> np.ndarray:  # the same runs' TTFT by another bundle (the calibrated one)
+        res = type(predictor)(models=models).predict_specs_safe(triples)
+        return np.array([math.nan if isinstance(p, WattGPUError) or p.ttft_s is None else p.ttft_s for p in res])
+
     return Runs(triples=triples, gpus=[t[0].name for t in triples], specs=[t[0] for t in triples], cols=at,
                 predicted={POWER: np.array([p.power_w for p in preds]), ITL: np.array([p.itl_s for p in preds]),
                            TTFT: ttft_pred},
                 measured={POWER: column("power_w"), ITL: column("itl_s"), TTFT: column("ttft_s")},
                 idle_measured=idle_measured, raw={POWER: np.asarray(raw[POWER]), ITL: np.asarray(raw[ITL])},
-                busy=busy, lines=lines)
+                busy=busy, lines=lines, ttft_with=ttft_with)
 
 
 LOW_LOAD_BUSY = 0.3  # a server run busy at most this share of the time is mostly an idle reading
@@ -258,6 +263,7 @@ def _smi(lines: list[str], shown: str) -> list[tuple[datetime | None, float]]:
         raise ConfigFileError(shown, "has no power.draw column; log with nvidia-smi --query-gpu=timestamp,power.draw "
                                      "--format=csv -lms 200 (or pass a dcgmi dmon -e 155 dump)")
     out: list[tuple[datetime | None, float]] = []
+    bad: list[str] = []
     for n, cells in enumerate(csv.reader(io.StringIO("\n".join(lines[1:]))), start=2):
         if len(cells) <= p_col:
             continue
@@ -268,10 +274,23 @@ def _smi(lines: list[str], shown: str) -> list[tuple[datetime | None, float]]:
             continue
         m = _NUMBER.match(cell)
         if m is None or not math.isfinite(float(m.group())) or float(m.group()) < 0:
-            raise ConfigFileError(shown, f"line {n}: power.draw = {cell!r:.40} is not a number of watts")
+            bad.append(f"line {n}: power.draw = {cell!r:.40} is not a number of watts")
+            continue
         when = _parse_time(cells[t_col].strip()) if t_col is not None and len(cells) > t_col else None
         out.append((when, float(m.group())))
+    _refuse_bad(shown, bad)
     return out
+
+
+MAX_BAD_SHOWN = 20  # bad lines named in the message; the rest are counted
+
+
+def _refuse_bad(shown: str, bad: list[str]) -> None:
+    """Every bad line of a log in one error (the first MAX_BAD_SHOWN named, the rest counted)."""
+    if bad:
+        more = f"; and {len(bad) - MAX_BAD_SHOWN} more" if len(bad) > MAX_BAD_SHOWN else ""
+        raise ConfigFileError(shown, f"{len(bad)} bad line{'s' if len(bad) != 1 else ''}: "
+                                     + "; ".join(bad[:MAX_BAD_SHOWN]) + more)
 
 
 def _parse_time(text: str) -> datetime | None:
@@ -289,6 +308,7 @@ def _dcgm(lines: list[str], shown: str) -> list[tuple[datetime | None, float]]:
         raise ConfigFileError(shown, "is a dcgmi dmon dump without a POWER column; record it with dcgmi dmon -e 155")
     col = head.index("POWER")  # rows: "GPU 0  123.4 ...": the entity takes two tokens, the header one
     out: list[tuple[datetime | None, float]] = []
+    bad: list[str] = []
     for n, ln in enumerate(lines[1:], start=2):
         parts = ln.split()
         if ln.lstrip().startswith(("#", "ID")) or len(parts) < col + 2 or parts[0] != "GPU":
@@ -297,23 +317,51 @@ def _dcgm(lines: list[str], shown: str) -> list[tuple[datetime | None, float]]:
         if cell in ("N/A", "-"):
             continue
         if not _NUMBER.fullmatch(cell):
-            raise ConfigFileError(shown, f"line {n}: POWER = {cell!r:.40} is not a number of watts")
+            bad.append(f"line {n}: POWER = {cell!r:.40} is not a number of watts")
+            continue
         out.append((None, float(cell)))
+    _refuse_bad(shown, bad)
     return out
 
 
+MIN_COVERAGE = 0.8  # a power log must span this share of the benchmark's window
+IDLE_SHARE = 0.5  # a sample below this share of the window's median power is idle
+IDLE_STRETCH = 0.1  # idle samples spanning this share of the window draw a warning
+
+
 def window_power(samples: list[tuple[datetime | None, float]], window: tuple[datetime, datetime] | None,
-                 shown: str) -> tuple[float, int, bool]:
-    """Mean watts of the samples inside ``window`` (all samples without one); (mean, count, windowed)."""
+                 shown: str) -> tuple[float, int, bool, str | None]:
+    """Mean watts of the samples inside ``window`` (all samples without one); (mean, count, windowed, warning).
+
+    Refused when the samples span less than MIN_COVERAGE of the window (a log of part of the run); a warning
+    when idle stretches (samples below IDLE_SHARE of the median) cover IDLE_STRETCH of it or more."""
     timed = [(t, w) for t, w in samples if t is not None]
-    if window is not None and timed:
-        inside = [w for t, w in timed if window[0] <= t <= window[1]]
-        if not inside:
-            raise ConfigFileError(shown, f"has no power sample between {window[0]:%Y-%m-%d %H:%M:%S} and "
-                                         f"{window[1]:%H:%M:%S}, the benchmark's window; log power while it runs "
-                                         "(both clocks in local time)")
-        return float(np.mean(inside)), len(inside), True
-    return float(np.mean([w for _, w in samples])), len(samples), False
+    if window is None or not timed:
+        return float(np.mean([w for _, w in samples])), len(samples), False, None
+    inside = sorted((t, w) for t, w in timed if window[0] <= t <= window[1])
+    if not inside:
+        raise ConfigFileError(shown, f"has no power sample between {window[0]:%Y-%m-%d %H:%M:%S} and "
+                                     f"{window[1]:%H:%M:%S}, the benchmark's window; log power while it runs "
+                                     "(both clocks in local time)")
+    span_s = (window[1] - window[0]).total_seconds()
+    times = [t for t, _ in inside]
+    gaps = [(b - a).total_seconds() for a, b in zip(times, times[1:])]
+    step = float(np.median(gaps)) if gaps else 0.0
+    covered = sum(min(g, 2.0 * step) for g in gaps) + step  # a hole in the log counts as uncovered
+    coverage = min(covered / span_s, 1.0) if span_s > 0 else 1.0
+    if coverage < MIN_COVERAGE:
+        raise ConfigFileError(shown, f"covers {covered:.0f} s of the benchmark's {span_s:.0f} s window "
+                                     f"({coverage:.0%} < {MIN_COVERAGE:.0%}); log power for the whole run "
+                                     "(nvidia-smi ... -lms 200 started before the benchmark, stopped after it)")
+    watts = np.array([w for _, w in inside])
+    idle = watts < IDLE_SHARE * float(np.median(watts))
+    idle_s = sum(min(g, 2.0 * step) for g, i in zip(gaps, idle[1:]) if i) + (step if idle[0] else 0.0)
+    warning = None
+    if span_s > 0 and idle_s >= IDLE_STRETCH * span_s:
+        warning = (f"{idle_s:.0f} s of the {span_s:.0f} s window ({idle_s / span_s:.0%}) are idle (below "
+                   f"{IDLE_SHARE:.0%} of the median {np.median(watts):.0f} W): did the benchmark stall, or is "
+                   "the log another GPU's? The mean includes them")
+    return float(np.mean(watts)), len(inside), True, warning
 
 
 def bench_row(bench_path: str, power_path: str | None, gpu: str, llm: str | None = None,
@@ -344,10 +392,12 @@ def bench_row(bench_path: str, power_path: str | None, gpu: str, llm: str | None
         row["ttft_s"] = repr(float(bench["mean_ttft_ms"]) / 1e3)
     note = f"{bench_path}: {row['kind']} run of {row['llm']}, ITL from {itl_key}"
     if power_path is not None:
-        mean_w, n, windowed = window_power(read_power_log(power_path), bench_window(bench), str(power_path))
+        mean_w, n, windowed, warning = window_power(read_power_log(power_path), bench_window(bench), str(power_path))
         row["power_w"] = repr(mean_w)
         note += (f"; power {mean_w:.1f} W = mean of {n} samples of {power_path} "
                  + ("inside the benchmark's window" if windowed else "(whole log: no timestamps or no date in the JSON)"))
+        if warning is not None:
+            note += f"; warning: {warning}"
     return row, note
 
 

@@ -13,6 +13,7 @@ from . import latency, ops, physics, record
 from .assemble import Evaluate, Row
 from .assemble import take as assemble_take
 from .bundle import ModelBundle
+from .calibration import apply_ttft
 from .calibration import of as calibration_of
 from .checks import (capacity_warnings, context_warnings, domain_warnings, intervals, not_finite_error,
                      server_warnings, tp_warnings)
@@ -74,6 +75,7 @@ def core(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.C
     with np.errstate(divide="ignore", invalid="ignore"):
         numbers.update(latency_numbers(cols, budget, batch, numbers["itl_s"], tokens_per_s,
                                        latency.step_envelope(batch, cap["grid_batch"], cap["grid_itl"]), wait))
+    apply_ttft(bundle, cols, numbers)  # a calibrated bundle's TTFT scale (wattgpu.calibration)
     return numbers, mix
 
 

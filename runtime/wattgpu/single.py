@@ -27,6 +27,7 @@ from . import assemble, capacity, latency, ops, parallel, physics
 from . import features as F
 from .assemble import Row
 from .bundle import ModelBundle
+from .calibration import apply_ttft
 from .calibration import of as calibration_of
 from .checks import NO_KV_CACHE
 from .prediction import Prediction
@@ -129,6 +130,7 @@ def numbers_one(bundle: ModelBundle, row: Row, memo: RowMemo | None = None
         wait = latency.closed_loop_wait(clients, rate / c["wl_output_tokens"], req_s)
         numbers.update(latency_numbers(c, latency.prefill_budget(g, wl), batch, itl, rate,
                                        latency.step_envelope_one(batch, cap.grid_batch, cap.grid_itl), wait))
+        apply_ttft(bundle, c, numbers)  # a calibrated bundle's TTFT scale (wattgpu.calibration)
     except ArithmeticError:  # ZeroDivisionError, OverflowError: numpy would give inf/NaN
         return None
     numbers.update(max_qps=cap.max_qps, utilization=util, max_concurrency=ops.maximum(c["fit_sequences"], 0.0),
@@ -176,6 +178,7 @@ def _server_numbers(bundle: ModelBundle, row: Row, c: dict[str, float], learned:
     wait = latency.server_wait(c["wl_qps"], cap.max_qps, cap.concurrency)
     numbers.update(latency_numbers(c, latency.prefill_budget(g, wl), batch, itl, rate,
                                    latency.step_envelope_one(batch, cap.grid_batch, cap.grid_itl), wait))
+    apply_ttft(bundle, c, numbers)  # a calibrated bundle's TTFT scale (wattgpu.calibration)
     return c, numbers, mix
 
 

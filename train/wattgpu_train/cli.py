@@ -189,16 +189,13 @@ def _ttft(out: Path, data: Any) -> None:
 
 def _kshot(out: Path, data: Any, quick: bool, jobs: int) -> None:
     """Write the k-shot calibration scoreboard (calibration.json, calibration.md) and print its summary."""
-    from .kshot import KSHOT_SPLITS, markdown
+    from .kshot import markdown, summary_lines
 
     result = _pipeline().kshot(data, quick=quick, n_jobs=jobs, log=_echo_err)
     j = _write(out, "calibration.json", json.dumps(result, indent=1, ensure_ascii=False) + "\n")
     m = _write(out, "calibration.md", markdown(result))
-    for split in KSHOT_SPLITS:
-        for target in ("power", "itl"):
-            row = ", ".join(f"k={k} {v['mdape_before']} → {v['mdape_after']} %"
-                            for k, v in result[target][split]["summary"]["all"].items())
-            click.echo(f"k-shot {split.upper()} {target} MdAPE (uncalibrated → calibrated): {row}")
+    for line in summary_lines(result):
+        click.echo(line)
     click.echo(f"k-shot scoreboard in {result['runtime_s']} s; wrote {j} and {m}")
 
 

@@ -54,28 +54,9 @@ def calibrate(measurements: str | None, benches: tuple[str, ...], power_logs: tu
 
 
 def _print_calibration(cal: Any, runs: Any, out_dir: str) -> None:
-    """Per GPU and quantity: the parameters kept and the leave-one-run-out error before and after."""
-    from ..calibration import LABEL, fit_ttft
+    """Per GPU and quantity: the parameters kept, the leave-one-run-out error before and after, the gap closed."""
+    from ..calibration import report
 
-    click.echo(cal.summary())
-    click.echo(f"{'GPU':<28} {'quantity':<6} {'runs':>4} {'LORO before':>11} {'after':>6}  parameters (kept by leave-one-run-out)")
-    for t, f in sorted(cal.targets.items(), key=lambda kv: kv[0] != "power"):
-        for name, p in sorted(f.gpu.items()):
-            lo = f.loro.get(name)
-            before = "–" if lo is None or lo.before is None else f"{lo.before:.1f} %"
-            after = "–" if lo is None or lo.after is None else f"{lo.after:.1f} %"
-            params = ", ".join(f"{k} {v:+.3g}" for k, v in p.items()) or "none"
-            click.echo(f"{name[:28]:<28} {LABEL[t]:<6} {cal.gpus[name].runs:>4} {before:>11} {after:>6}  {params}")
-            if lo is not None and lo.note:
-                click.echo(f"{'':<28} {'':<6} {'':>4} {'':>11} {'':>6}  {lo.note}")
-    for name, (p, lo) in fit_ttft(runs).items():
-        before = "–" if lo.before is None else f"{lo.before:.1f} %"
-        after = "–" if lo.after is None else f"{lo.after:.1f} %"
-        click.echo(f"{name[:28]:<28} {'TTFT':<6} {'':>4} {before:>11} {after:>6}  overhead {p['overhead_s'] * 1e3:+.3g} ms "
-                   f"({lo.note}; reported only: the bundle does not change TTFT)")
-    idle = [f"{n} {g.idle_power_w:g} W" for n, g in sorted(cal.gpus.items()) if g.idle_measured]
-    if idle:
-        click.echo("idle power from your idle_power_w or low-load server runs replaces the catalog's: " + ", ".join(idle))
-    click.echo("LORO: median |error| of your runs, each predicted by a fit on the others (before: uncalibrated); "
-               "parameters: docs/calibration.md")
-    click.echo(f"wrote {out_dir}: use it with `wattgpu predict --models {out_dir}` or WATTGPU_MODELS={out_dir}")
+    click.echo(report(cal, runs, out_dir))
+
+

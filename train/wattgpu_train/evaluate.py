@@ -24,7 +24,7 @@ from . import baselines, metrics
 from .calibrate import LEVELS, grouped_oof, interval_factors
 from .dataset import Dataset, build_dataset
 from .fit import fit_model
-from .recipes import DEFAULT, PAPER, V0_2, ModelRecipe, Recipe
+from .recipes import DEFAULT, PAPER, PHYSICS, V0_2, ModelRecipe, Recipe
 from .shrink import shrunk_oof
 from .selection import INNER_FOLDS, LEAVE_ONE_GROUP_OUT, grouped_kfold_masks, select
 
@@ -294,7 +294,7 @@ PAPER_PUBLISHED = {
 
 
 def _learned_methods(quick: bool, recipes: dict[str, Recipe] | None) -> dict[str, Recipe]:
-    rs = recipes or {"default": DEFAULT, "v0_2": V0_2, "paper_recipe": PAPER}
+    rs = recipes or {"default": DEFAULT, "physics": PHYSICS, "v0_2": V0_2, "paper_recipe": PAPER}
     return {k: quick_recipe(v) if quick else v for k, v in rs.items()}
 
 
@@ -327,7 +327,12 @@ def evaluate(records: pd.DataFrame, catalog: Catalog, quick: bool = False, n_job
             log(f"{target} {split}: {len(folds)} folds")
             pm_full: dict[str, np.ndarray] = {}
             for name, rec in methods.items():
-                if len(rec.candidates(target)) > 1:
+                same = next((k for k in pm_full if methods[k].candidates(target) == rec.candidates(target)), None)
+                if same is not None:  # a recipe that differs in another target only: the same predictions
+                    pm_full[name] = pm_full[same]
+                    if same in chosen.get(target, {}).get(split, {}):
+                        chosen[target][split][name] = chosen[target][split][same]
+                elif len(rec.candidates(target)) > 1:
                     pm_full[name], ch = nested_oof(rec, target, full, folds, split, n_jobs=n_jobs)
                     chosen.setdefault(target, {}).setdefault(split, {})[name] = ch
                 else:

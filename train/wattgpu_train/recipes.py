@@ -132,6 +132,22 @@ ITL_GRID: tuple[ModelRecipe, ...] = (*_grid(ITL, "log_excess_over_step", (3, 2))
 DEFAULT = Recipe(name="default", power=POWER_GRID[0], itl=ITL_GRID[0],
                  grid={POWER: POWER_GRID, ITL: ITL_GRID})
 
+
+# Issue 38, physics by construction for ITL: the learned excess may not fall as the LLM grows. The LLM's size
+# enters as the weight bytes each GPU holds (``llm_weights_gb``, the TP shard; quantised weights count their
+# real bytes) under a +1 constraint, in place of the unconstrained log(parameters); with the physical base
+# (roofline + layers x overhead, itself rising with bytes, FLOPs and layers) a model that holds and reads more
+# weights on the same GPU, batch and engine is never predicted faster through that input. The layer count stays
+# unconstrained (constraining it too cost 1 point of ITL LOGO and 6 of TP ITL LOGO: reports/issue38_experiments.md).
+def _physics_itl(m: ModelRecipe) -> ModelRecipe:
+    feats = tuple("llm_weights_gb" if f == "llm_log_params_b" else f for f in m.features)
+    return replace(m, features=feats, monotone={**m.monotone, "llm_weights_gb": +1})
+
+
+PHYSICS_ITL_GRID: tuple[ModelRecipe, ...] = tuple(_physics_itl(m) for m in ITL_GRID)
+PHYSICS = Recipe(name="physics", power=POWER_GRID[0], itl=PHYSICS_ITL_GRID[0],
+                 grid={POWER: POWER_GRID, ITL: PHYSICS_ITL_GRID})
+
 V0_2_POWER_GRID = _grid(POWER, "log_ratio_to_duty_power", (3, 2, 4))
 V0_2_ITL_GRID = _grid(ITL, "log_ratio_to_step_time", (3, 2, 4))
 V0_2 = Recipe(name="v0_2", power=V0_2_POWER_GRID[0], itl=V0_2_ITL_GRID[0],
@@ -158,4 +174,4 @@ PAPER = Recipe(
     ),
 )
 
-RECIPES = {r.name: r for r in (DEFAULT, PAPER, V0_2)}
+RECIPES = {r.name: r for r in (DEFAULT, PAPER, V0_2, PHYSICS)}

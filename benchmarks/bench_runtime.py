@@ -217,6 +217,20 @@ def _timed_calls(fn: Callable[[], Any], n: int) -> list[float]:
     return out
 
 
+def _interleaved(fn: Callable[[], Any], floor: Callable[[], Any], n: int) -> tuple[list[float], list[float]]:
+    """``n`` timings of ``fn`` and of ``floor``, interleaved call by call (a load spike hits both), sorted."""
+    ts, fs = [], []
+    clock = time.perf_counter
+    for _ in range(n):
+        t = clock()
+        fn()
+        ts.append(clock() - t)
+        t = clock()
+        floor()
+        fs.append(clock() - t)
+    return sorted(ts), sorted(fs)
+
+
 def _onnx_floor(predictor: Any, gpu: str, llm: str) -> Callable[[], Any]:
     """Both ONNX models on a prebuilt float32 row via ``session.run``: the floor of one prediction."""
     row = (predictor.resolve_gpu(gpu), predictor.resolve_llm(llm), __import__("wattgpu").Workload())
@@ -236,16 +250,7 @@ def bench_one_prediction(predictor: Any, llm: str, gpu: str, pairs: list[tuple[s
     memo = memo_for(predictor.bundle)
     p50, p99, varied, floors, ratio, fresh = [], [], [], [], [], []
     for _ in range(repeats):
-        ts, fs = [], []
-        for _ in range(calls):  # interleaved call by call
-            t = clock()
-            predictor.predict(gpu, llm)
-            ts.append(clock() - t)
-            t = clock()
-            floor()
-            fs.append(clock() - t)
-        ts.sort()
-        fs.sort()
+        ts, fs = _interleaved(lambda: predictor.predict(gpu, llm), floor, calls)
         p50.append(percentile(ts, 50) * 1e6)
         p99.append(percentile(ts, 99) * 1e6)
         floors.append(percentile(fs, 50) * 1e6)
@@ -292,16 +297,7 @@ def bench_server_prediction(predictor: Any, llm: str, gpu: str, repeats: int, ca
     clock = time.perf_counter
     p50, floors, ratio, fresh = [], [], [], []
     for _ in range(repeats):
-        ts, fs = [], []
-        for _ in range(calls):
-            t = clock()
-            predictor.predict(gpu, llm, wl)
-            ts.append(clock() - t)
-            t = clock()
-            floor()
-            fs.append(clock() - t)
-        ts.sort()
-        fs.sort()
+        ts, fs = _interleaved(lambda: predictor.predict(gpu, llm, wl), floor, calls)
         p50.append(percentile(ts, 50) * 1e6)
         floors.append(percentile(fs, 50) * 1e6)
         ratio.append(p50[-1] / floors[-1])

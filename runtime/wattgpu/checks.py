@@ -83,11 +83,11 @@ def row_error(row: Row, cols: F.Columns, i: int) -> WattGPUError | None:
         have = g.memory_size_gb * w.gpu_memory_utilization
         where = f"{g.name}" if w.tp == 1 else f"{w.tp} × {g.name}"
         per = "" if w.tp == 1 else f" per GPU (1/{w.tp} of the weights and KV cache)"
-        fix = _fit_fix(g, m, w)
+        fix, fit_tp = _fit_fix(g, m, w)
         err = ModelFitError(f"{m.name} does not fit on {where}: needs {need:.1f} GiB{per} (weights + activation "
                             f"reserve + one {w.context_tokens}-token sequence), GPU has {have:.1f} GiB usable "
                             f"({g.memory_size_gb:g} GiB × {w.gpu_memory_utilization:g}); {fix}")
-        err.need_gb, err.have_gb, err.fix = need, have, fix  # type: ignore[attr-defined]
+        err.need_gb, err.have_gb, err.fix, err.fit_tp = need, have, fix, fit_tp  # type: ignore[attr-defined]
         return err
     return None
 
@@ -125,16 +125,17 @@ def engine_fixes(g: GpuSpec, m: LlmSpec, w: Workload) -> list[str]:
 
 
 @lru_cache(maxsize=512)  # a CSV of many rows that do not fit asks the same question again and again
-def _fit_fix(g: GpuSpec, m: LlmSpec, w: Workload) -> str:
+def _fit_fix(g: GpuSpec, m: LlmSpec, w: Workload) -> tuple[str, int | None]:
     """What to do about a model that does not fit: an engine setting that makes it fit on these GPUs (a
-    near miss), the smallest group of these GPUs that holds it, if any, or a larger GPU."""
+    near miss), the smallest group of these GPUs that holds it, if any, or a larger GPU; and that group's
+    size (None when no group holds it)."""
     fixes = engine_fixes(g, m, w)
     tp = smallest_fitting_tp(g, m, w)
     if tp is not None:
         fixes.append(f"split it over {tp} of these GPUs (tp={tp})")
     elif (g.max_group or 1) > 1 and not fixes:
-        return f"use a larger GPU: no group of up to {g.max_group} of these GPUs holds it"
-    return ", ".join(fixes) + (" or " if fixes else "") + "use a larger GPU"
+        return f"use a larger GPU: no group of up to {g.max_group} of these GPUs holds it", None
+    return ", ".join(fixes) + (" or " if fixes else "") + "use a larger GPU", tp
 
 
 def not_finite_error(row: Row) -> WattGPUError:

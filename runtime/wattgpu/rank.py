@@ -589,7 +589,7 @@ def _reason(err: WattGPUError, tp: int = 1) -> tuple[str, str]:
             per = "" if tp == 1 else f" per GPU of a group of {tp} (1/{tp} of the weights and KV cache)"
             fix = getattr(err, "fix", "")
             hint = f"; {fix}" if fix else ""
-            if "(tp=" in fix:
+            if getattr(err, "fit_tp", None) is not None:
                 hint += " (tp auto ranks the groups)"
             return "does_not_fit", f"does not fit: needs {need:.1f} GiB{per}, GPU has {have:.1f} GiB usable{hint}"
         return "does_not_fit", str(err)

@@ -69,6 +69,18 @@ def rank_answer(predictor: Any, llm: Any, workload: Workload, **kwargs: Any) -> 
     return rank_result(predictor, llm, workload, **kwargs)[0].to_dict()
 
 
+def predict_in_chunks(predictor: Any, rows: Sequence[Any], between_chunks: Callable[[], None] = lambda: None,
+                      chunk: int = 1000) -> list[Any]:
+    """``predictor.predict_specs_safe`` over ``rows``, ``chunk`` rows at a time, ``between_chunks()`` before each
+    (where the service stops a request that timed out)."""
+    rows = list(rows)
+    results: list[Any] = []
+    for start in range(0, len(rows), chunk):
+        between_chunks()
+        results.extend(predictor.predict_specs_safe(rows[start:start + chunk]))
+    return results
+
+
 def batch_answer(predictor: Any, out: list[dict[str, Any] | None], rows: Sequence[Any], where: Sequence[int],
                  prices: Prices, error_body: Callable[[WattGPUError], dict[str, Any]],
                  between_chunks: Callable[[], None] = lambda: None, chunk: int = 1000) -> dict[str, Any]:
@@ -78,11 +90,7 @@ def batch_answer(predictor: Any, out: list[dict[str, Any] | None], rows: Sequenc
     ``{"results": [{row, prediction} | {row, error}], "predicted", "failed"}``; each prediction is
     ``Prediction.to_dict(prices)``, the JSON of ``predict``. ``between_chunks`` runs before each ``chunk`` rows
     (the service stops a timed-out request there)."""
-    rows = list(rows)
-    results: list[Any] = []
-    for start in range(0, len(rows), chunk):
-        between_chunks()
-        results.extend(predictor.predict_specs_safe(rows[start:start + chunk]))
+    results = predict_in_chunks(predictor, rows, between_chunks, chunk)
     for k, r in zip(where, results):
         if isinstance(r, WattGPUError):
             out[k] = {"row": k, **error_body(r)}

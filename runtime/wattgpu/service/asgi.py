@@ -26,7 +26,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from .. import questions as Q
-from ..answers import batch_answer, llms_answer, predict_answer, rank_result
+from ..answers import batch_answer, llms_answer, predict_answer, predict_in_chunks, rank_result
 from ..errors import ConfigFileError, WattGPUError
 from . import inputs as I
 from .inputs import ApiError
@@ -419,10 +419,7 @@ def batch_csv_work(svc: Service, parsed: tuple[list[str], list[tuple[int, dict[s
         except WattGPUError as exc:
             items.append((line, row, RowError(line, str(exc), exc)))
     ok = [k for k, (_, _, t) in enumerate(items) if isinstance(t, tuple)]
-    results: list[Any] = []
-    for start in range(0, len(ok), BATCH_CHUNK):  # a timed-out request stops at the next chunk
-        check_cancelled()
-        results.extend(pred.predict_specs_safe([items[k][2] for k in ok[start:start + BATCH_CHUNK]]))
+    results = predict_in_chunks(pred, [items[k][2] for k in ok], check_cancelled, BATCH_CHUNK)
     for k, r in zip(ok, results):
         line, row, _ = items[k]
         items[k] = (line, row, RowError(line, _row_message(r, wl_cols, row), r) if isinstance(r, WattGPUError) else r)

@@ -116,11 +116,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(port: int) -> subprocess.Popen[bytes]:
+def start_server(port: int, workers: int = 1) -> subprocess.Popen[bytes]:
     env = {**os.environ}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "runtime")] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    proc = subprocess.Popen([sys.executable, "-m", "wattgpu.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen([sys.executable, "-m", "wattgpu.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
+                             "--workers", str(workers)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -241,10 +241,11 @@ def markdown(r: dict[str, Any]) -> str:
     ])
 
 
-def write_report(path: Path, text: str) -> None:
+def write_report(path: Path, text: str, start: str = START, end: str = END) -> None:
+    """Replace the section between ``start`` and ``end`` markers of ``path`` (or add it after the title)."""
     old = path.read_text(encoding="utf-8") if path.exists() else ""
-    if START in old and END in old:
-        new = old[:old.index(START)] + text + old[old.index(END) + len(END):]
+    if start in old and end in old:
+        new = old[:old.index(start)] + text + old[old.index(end) + len(end):]
     else:
         head, sep, rest = old.partition("\n## ")
         new = head.rstrip("\n") + "\n\n" + text + "\n\n" + (sep.lstrip("\n") + rest if sep else "")

@@ -58,13 +58,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(port: int, extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+def start_server(port: int, extra_env: dict[str, str] | None = None, workers: int = 1) -> subprocess.Popen[bytes]:
     """``wattgpu serve`` on 127.0.0.1:``port``, waited for until /healthz answers (loopback only)."""
     import httpx
 
     env = {**os.environ, "PYTHONPATH": SRC_PATH, **(extra_env or {})}
-    proc = subprocess.Popen([sys.executable, "-m", "wattgpu.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
-                            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen([sys.executable, "-m", "wattgpu.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
+                             "--workers", str(workers)], cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import socket
 import threading
 import time
@@ -22,7 +23,7 @@ from wattgpu.service.asgi import Gate  # noqa: E402
 from wattgpu.service.protocol import protocol_class  # noqa: E402
 from wattgpu.service.run import bind  # noqa: E402
 
-from .service_helpers import free_port  # noqa: E402
+from .service_helpers import free_port, start_server  # noqa: E402
 
 LLM = "meta-llama/Llama-3.1-8B-Instruct"
 BODY = json.dumps({"gpu": "A30", "llm": LLM}).encode()
@@ -224,3 +225,48 @@ def test_serve_on_a_busy_port_is_a_one_line_error() -> None:
             bind("127.0.0.1", port)
     assert err.value.exit_code == 2
     assert f"127.0.0.1:{port}" in str(err.value) and "--port" in str(err.value)
+
+
+def _children(pid: int) -> list[int]:
+    """Process ids whose parent is ``pid`` (from /proc: Linux, where the service tests run)."""
+    from pathlib import Path
+
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+@pytest.mark.slow
+def test_serve_with_two_workers_answers_on_one_port_and_stops_them_all() -> None:
+    import signal
+
+    import httpx
+
+    port = free_port()
+    proc = start_server(port, workers=2)
+    try:
+        workers = [c for c in _children(proc.pid) if "spawn" in open(f"/proc/{c}/cmdline").read()]
+        assert len(workers) == 2, workers
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            answers = [client.post("/v1/predict", json={"gpu": "A30", "llm": LLM}).status_code for _ in range(8)]
+        assert answers == [200] * 8
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    assert all(not os.path.exists(f"/proc/{w}") or "Z" in open(f"/proc/{w}/stat").read().split()[2] for w in workers)
+
+
+def test_the_bound_socket_is_tcp_so_answers_are_not_held_by_nagle() -> None:
+    """asyncio turns Nagle off (TCP_NODELAY) only for sockets whose proto is IPPROTO_TCP; a socket made with
+    proto 0 left every keep-alive answer waiting for the client's delayed ACK (~40 ms each)."""
+    sock = bind("127.0.0.1", 0)
+    try:
+        assert sock.proto == socket.IPPROTO_TCP
+    finally:
+        sock.close()

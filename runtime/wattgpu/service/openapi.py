@@ -21,9 +21,15 @@ def _number_schema(rule: NumberRule, nullable: bool) -> dict[str, Any]:
     base = "integer" if rule.integer else "number"
     out: dict[str, Any] = {"type": [base, "null"] if nullable else base}
     out["exclusiveMinimum" if rule.open_lo else "minimum"] = int(rule.lo) if rule.integer else rule.lo
-    if rule.hi < 1.7e308:
-        out["maximum"] = int(rule.hi) if rule.integer else rule.hi
+    out["maximum"] = int(rule.hi) if rule.integer else rule.hi  # the largest double where any finite value is a load
     return out
+
+
+def dtype_choices() -> list[str]:
+    """Every ``dtype`` spelling the runtime accepts (case-insensitive): ``auto``, the names and their aliases."""
+    from ..quant import DTYPE_ALIASES, DTYPE_OVERRIDES
+
+    return ["auto", *DTYPE_OVERRIDES, *(a for a in DTYPE_ALIASES if a not in DTYPE_OVERRIDES)]
 
 
 def _workload_schema() -> dict[str, Any]:
@@ -51,6 +57,8 @@ def _param_schema(p: Q.Param, ref: Any) -> dict[str, Any]:
         out = _number_schema(p.rule, p.default is None)
     elif kind == "boolean":
         out = {"type": "boolean"}
+    elif kind == "text" and p.name == "dtype":
+        out = {"type": "string", "enum": dtype_choices()}
     elif kind == "choice":
         assert isinstance(p.rule, ChoiceRule)
         out = {"type": "string", "enum": list(p.rule.choices)}
@@ -110,8 +118,13 @@ def openapi_document() -> dict[str, Any]:
               "404": err("Unknown GPU or LLM; `matches` lists the close catalog names"),
               "413": err(f"Body over {MAX_BODY_BYTES} bytes (1 MiB)"),
               "422": err("An invalid field (named in `field`), a path-like name, or a model that does not fit"),
-              "503": err("Too many requests in flight (see the Retry-After header), or damaged model files"),
+              "405": err("The method is not the endpoint's (each endpoint takes one method)"),
+              "408": err("The request headers or body did not arrive within their deadline (10 s each)"),
+              "500": err("A fault in WattGPU itself, never expected: the message asks for a report"),
+              "503": err("Too many requests in flight or bodies arriving (see the Retry-After header), or damaged "
+                         "model files"),
               "504": err("The request took longer than the server's timeout")}
+    get_errors = {c: errors[c] for c in ("405", "408", "500", "503")}
     body = lambda name: {"required": True, "content": {"application/json": {"schema": ref(name)}}}  # noqa: E731
     ok = lambda text, schema: {"description": text,  # noqa: E731
                                "content": {"application/json": {"schema": schema}}}
@@ -156,11 +169,12 @@ def openapi_document() -> dict[str, Any]:
     paths = {
         "/healthz": {"get": {"summary": "Liveness", "operationId": "healthz", "responses": {
             "200": ok("The server is up", {"type": "object", "properties": {"status": {"type": "string"},
-                                                                            "version": {"type": "string"}}})}}},
+                                                                            "version": {"type": "string"}}}),
+            **get_errors}}},
         "/v1/gpus": {"get": {"summary": "Catalog GPUs (= wattgpu gpus --json)", "operationId": "gpus",
-                             "responses": {"200": ok("Every catalog GPU", any_list), "503": errors["503"]}}},
+                             "responses": {"200": ok("Every catalog GPU", any_list), **get_errors}}},
         "/v1/llms": {"get": {"summary": "Catalog LLMs (= wattgpu llms --json)", "operationId": "llms",
-                             "responses": {"200": ok("Every catalog LLM", any_list), "503": errors["503"]}}},
+                             "responses": {"200": ok("Every catalog LLM", any_list), **get_errors}}},
         "/v1/predict": {"post": {"summary": "One GPU, one LLM (= wattgpu predict --json)", "operationId": "predict",
                                  "requestBody": body("PredictRequest"),
                                  "responses": {"200": ok("The prediction", ref("Prediction")), **errors}}},

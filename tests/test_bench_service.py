@@ -35,3 +35,20 @@ def test_quick_run_reports_every_figure(tmp_path: Path) -> None:
     subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_service.py"), "--quick", "--report", str(report)],
                    capture_output=True, text=True, timeout=600, check=True)
     assert report.read_text().count("bench_service:start") == 1  # a rerun replaces its section
+
+
+def test_the_proxy_benchmark_runs_two_workers_behind_nginx(tmp_path: Path) -> None:
+    import shutil
+
+    if shutil.which("nginx") is None and not Path("/usr/sbin/nginx").exists():
+        pytest.skip("nginx is not installed (.ci/run installs Debian's nginx-light)")
+    out = tmp_path / "proxy.json"
+    res = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_proxy.py"), "--quick", "--workers", "1,2",
+                          "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    runs = json.loads(out.read_text())
+    assert [r["workers"] for r in runs] == [1, 2]
+    for r in runs:
+        assert r["burst_200"]["errors"] == 0
+        assert all(r[k]["errors"] == 0 and r[k]["requests_per_s"] > 0 for k in ("predict", "predict_server", "rank"))
+    assert "| 2 |" in res.stdout

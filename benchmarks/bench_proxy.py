@@ -25,7 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_service import (PREDICT_BODIES, RANK_BODIES, SERVER_BODIES, concurrent_burst,  # noqa: E402
-                           free_port, run_load, start_server, write_report)
+                           free_port, run_load, start_server, wait_listening, write_report)
 
 START, END = "<!-- bench_proxy:start -->", "<!-- bench_proxy:end -->"
 
@@ -66,8 +66,6 @@ http {{
 
 def start_nginx(prefix: Path, port: int, upstream: int) -> subprocess.Popen[bytes]:
     """nginx in the foreground on ``port``, proxying to ``upstream``; waits until it listens."""
-    import socket
-
     nginx = shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx", "/usr/local/sbin/nginx")
                                            if os.path.exists(p)), None)
     if nginx is None:
@@ -76,17 +74,7 @@ def start_nginx(prefix: Path, port: int, upstream: int) -> subprocess.Popen[byte
     conf.write_text(NGINX_CONF.format(prefix=prefix, port=port, upstream=upstream), encoding="utf-8")
     proc = subprocess.Popen([nginx, "-p", str(prefix), "-c", str(conf)], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"nginx exited: {proc.stderr.read().decode()[-1000:] if proc.stderr else ''}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return proc
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    raise SystemExit("nginx did not listen within 20 s")
+    return wait_listening(proc, port, "nginx", 20)
 
 
 def measure(workers: int, quick: bool) -> dict[str, Any]:

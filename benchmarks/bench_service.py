@@ -121,17 +121,22 @@ def start_server(port: int, workers: int = 1) -> subprocess.Popen[bytes]:
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "runtime")] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     proc = subprocess.Popen([sys.executable, "-m", "wattgpu.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
                              "--workers", str(workers)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
+    return wait_listening(proc, port, "wattgpu serve", 60)
+
+
+def wait_listening(proc: subprocess.Popen[bytes], port: int, what: str, timeout_s: float) -> subprocess.Popen[bytes]:
+    """``proc`` once something accepts connections on loopback ``port``; exit with its stderr if it dies first."""
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise SystemExit(f"wattgpu serve exited: {proc.stderr.read().decode()[-2000:] if proc.stderr else ''}")
+            raise SystemExit(f"{what} exited: {proc.stderr.read().decode()[-2000:] if proc.stderr else ''}")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=1):
                 return proc
         except OSError:
-            time.sleep(0.2)
+            time.sleep(0.1)
     proc.kill()
-    raise SystemExit("wattgpu serve did not listen within 60 s")
+    raise SystemExit(f"{what} did not listen within {timeout_s:g} s")
 
 
 def concurrent_burst(port: int, n: int = 200) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from .errors import AmbiguousNameError, ArtifactError, SpecValidationError, UnknownEntityError, UnsupportedModelError, require_type
 
+MAX_PACKED_ARTIFACT_BYTES = 64 << 20  # an unpacked wheel artifact above this is damaged or hostile
 CATALOG_RESOURCE = "specs.json"  # inside wattgpu/models/, a snapshot of the repo's top-level specs.json
 
 # Physical ranges every GPU field the features use must satisfy: (min, max, unit).
@@ -606,14 +607,37 @@ def _suggest(key: str, names: Sequence[str], norm: Callable[[str], str], numbers
 
 def packaged_bytes(name: str) -> bytes:
     """The bytes of ``wattgpu/models/<name>``: a plain file read when the package is on disk (no
-    importlib.resources/pathlib import on the cold-start path), importlib.resources otherwise."""
+    importlib.resources/pathlib import on the cold-start path), importlib.resources otherwise. A built
+    wheel carries the large artifacts as ``<name>.xz`` (hatch_build.py): those are decompressed here."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models", name)
-    if os.path.isfile(path):
-        with open(path, "rb") as f:
-            return f.read()
+    for candidate, packed in ((path, False), (path + ".xz", True)):
+        if os.path.isfile(candidate):
+            with open(candidate, "rb") as f:
+                data = f.read()
+            return _unpack(data, name) if packed else data
     from importlib import resources  # zipped or otherwise virtual package
 
-    return (resources.files("wattgpu") / "models" / name).read_bytes()
+    models = resources.files("wattgpu") / "models"
+    if not (models / name).is_file() and (models / (name + ".xz")).is_file():
+        return _unpack((models / (name + ".xz")).read_bytes(), name)
+    return (models / name).read_bytes()
+
+
+def _unpack(data: bytes, name: str) -> bytes:
+    """Decompress a packaged ``.xz`` artifact (bounded: a damaged file is an ArtifactError, not a memory blow-up)."""
+    import lzma
+
+    unpacker = lzma.LZMADecompressor()
+    try:
+        out = unpacker.decompress(data, max_length=MAX_PACKED_ARTIFACT_BYTES)
+    except lzma.LZMAError as exc:
+        raise ArtifactError(f"wattgpu/models/{name}.xz is damaged ({exc}); reinstall wattgpu") from None
+    if not unpacker.eof and len(out) < MAX_PACKED_ARTIFACT_BYTES:
+        raise ArtifactError(f"wattgpu/models/{name}.xz is damaged (truncated); reinstall wattgpu")
+    if len(out) >= MAX_PACKED_ARTIFACT_BYTES:
+        raise ArtifactError(f"wattgpu/models/{name}.xz unpacks to more than {MAX_PACKED_ARTIFACT_BYTES} bytes; "
+                            "reinstall wattgpu")
+    return out
 
 
 @lru_cache(maxsize=1)

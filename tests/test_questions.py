@@ -104,3 +104,27 @@ def test_qps_means_server_is_one_rule() -> None:
     assert questions.default_kind({"qps": 1.0}) == "server"
     assert questions.default_kind({}) == "offline"
     assert questions.default_kind({"kind": "closed_loop", "qps": None}) == "closed_loop"
+
+
+def test_dtype_is_one_declared_choice_for_cli_service_and_openapi() -> None:
+    """dtype's spellings come from its rule (the names, their aliases, any case) on every surface."""
+    from wattgpu.quant import DTYPE_ALIASES, DTYPE_OVERRIDES
+    from wattgpu.service.openapi import openapi_document
+
+    rule = questions.DTYPE.rule
+    assert set(rule.spellings) == {"auto", *DTYPE_OVERRIDES, *DTYPE_ALIASES}
+    assert questions.DTYPE.check("BF16") == "bfloat16" and questions.DTYPE.check("Auto") == "auto"
+    assert questions.DTYPE.check("AWQ") == "int4"
+    with pytest.raises(WattGPUError, match="dtype"):
+        questions.DTYPE.check("int3")
+    enum = openapi_document()["components"]["schemas"]["PredictRequest"]["properties"]["dtype"]["enum"]
+    assert enum == list(rule.spellings)
+    base = ["predict", "--llm", LLM, "--gpu", "NVIDIA L4", "--json"]
+    outs = {}
+    for spelling in ("bfloat16", "BF16", "Bfloat16"):
+        r = CliRunner().invoke(main, [*base, "--dtype", spelling])
+        assert r.exit_code == 0, (spelling, r.output)
+        outs[spelling] = r.output
+    assert len(set(outs.values())) == 1, "every spelling of one dtype must answer the same"
+    bad = CliRunner().invoke(main, [*base, "--dtype", "int3"])
+    assert bad.exit_code == 2 and "--dtype" in bad.output

@@ -16,6 +16,7 @@ from .energy import PRICE_RANGES
 from .errors import SpecValidationError, WattGPUError, _short
 from .fleet import MAX_REPLICAS
 from .parallel import MAX_TP
+from .quant import DTYPE_ALIASES, DTYPE_OVERRIDES
 from .rules import ChoiceRule, NumberRule
 from .workload import ENGINES, WORKLOAD_CHOICES, WORKLOAD_NUMBERS, Workload
 
@@ -155,8 +156,11 @@ SLA = (
     Param("max_ttft_s", "max_ttft_ms in seconds (HTTP only; give one of the two).", rule=_SLA_S,
           body="sla.max_ttft_s", expected=f"a positive number of seconds (at most {MAX_SLA_MS / 1e3:g})"),
 )
-DTYPE = Param("dtype", "Weight dtype as served: auto (the checkpoint's), bfloat16, float16, fp8, int8, int4.",
-              "text", default="auto", flag="--dtype", show_default=True)
+DTYPE_RULE = ChoiceRule(("auto", *DTYPE_OVERRIDES),
+                        tuple((name, name) for name in DTYPE_OVERRIDES) + tuple(DTYPE_ALIASES.items()) + (("auto", "auto"),))
+DTYPE = Param("dtype", "Weight dtype as served: auto (the checkpoint's), bfloat16, float16, fp8, int8, int4 "
+              f"(also {', '.join(DTYPE_ALIASES)}; any case).", "choice", rule=DTYPE_RULE, default="auto",
+              flag="--dtype", show_default=True)
 MODELS = Param("models", "Model bundle directory (`wattgpu-train fit --out DIR`); default $WATTGPU_MODELS, else the "
                "packaged models.", "path", flag="--models", body=None)
 WORKLOAD = Param("workload", "Workload fields (wattgpu.Workload); unknown fields are refused by name.", "workload",

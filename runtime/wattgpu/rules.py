@@ -91,3 +91,8 @@ class ChoiceRule:
 
     def parse(self, entity: str, name: str, text: str) -> str:
         return self.check(entity, name, text.strip())
+
+    @property
+    def spellings(self) -> tuple[str, ...]:
+        """Every accepted spelling (the choices, then the aliases), for an OpenAPI enum or a CLI choice list."""
+        return tuple(dict.fromkeys((*self.choices, *(alias for alias, _ in self.aliases))))

@@ -28,7 +28,7 @@ def option(p: Q.Param, **override: Any) -> Callable[[Callable[..., Any]], Callab
         kw["type"] = int
     elif p.kind == "choice":
         assert isinstance(p.rule, ChoiceRule)
-        kw["type"] = click.Choice(p.rule.choices)
+        kw["type"] = click.Choice(p.rule.spellings, case_sensitive=not p.rule.aliases)
     elif p.kind == "paths":
         kw.update(multiple=True, type=click.Path(dir_okay=False), default=())
     elif p.kind == "path" and p.name not in ("models", "out_dir"):

@@ -25,13 +25,6 @@ def _number_schema(rule: NumberRule, nullable: bool) -> dict[str, Any]:
     return out
 
 
-def dtype_choices() -> list[str]:
-    """Every ``dtype`` spelling the runtime accepts (case-insensitive): ``auto``, the names and their aliases."""
-    from ..quant import DTYPE_ALIASES, DTYPE_OVERRIDES
-
-    return ["auto", *DTYPE_OVERRIDES, *(a for a in DTYPE_ALIASES if a not in DTYPE_OVERRIDES)]
-
-
 def _workload_schema() -> dict[str, Any]:
     """The Workload object: each field's type, bounds, choices and default from wattgpu.workload's rules."""
     props: dict[str, Any] = {}
@@ -40,7 +33,7 @@ def _workload_schema() -> dict[str, Any]:
             rule = WORKLOAD_NUMBERS[f.name]
             prop = _number_schema(rule, rule.optional)
         else:
-            prop = {"type": "string", "enum": list(WORKLOAD_CHOICES[f.name].choices)}
+            prop = {"type": "string", "enum": list(WORKLOAD_CHOICES[f.name].spellings)}
         if f.default is not MISSING:
             prop["default"] = f.default
         props[f.name] = prop
@@ -57,11 +50,9 @@ def _param_schema(p: Q.Param, ref: Any) -> dict[str, Any]:
         out = _number_schema(p.rule, p.default is None)
     elif kind == "boolean":
         out = {"type": "boolean"}
-    elif kind == "text" and p.name == "dtype":
-        out = {"type": "string", "enum": dtype_choices()}
     elif kind == "choice":
         assert isinstance(p.rule, ChoiceRule)
-        out = {"type": "string", "enum": list(p.rule.choices)}
+        out = {"type": "string", "enum": list(p.rule.spellings)}
     elif kind in ("group", "replicas"):
         assert isinstance(p.rule, NumberRule)
         out = {"oneOf": [_number_schema(p.rule, False), {"type": "string", "enum": ["auto"]}]}

@@ -202,10 +202,6 @@ def solve_server_concurrency(qps: Any, request_time_s: Callable[..., Any], iters
     ``qps`` a float: one row on floats (the one-row path), the same steps and the same bits.
     """
     one = isinstance(qps, float)
-    lo: Any
-    glo: Any
-    hi: Any
-    open_: Any
     if one:
         lam: Any = qps
         lo, glo = 0.0, math.nan

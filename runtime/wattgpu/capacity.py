@@ -3,7 +3,7 @@
 Each request holds one of the engine's batch slots for its whole time in the system,
 ``W(b) = prefill + output_tokens × ITL(b)``, where ``ITL(b)`` is the learned inter-token latency with
 ``b`` sequences decoding together and prefill is the compute-roofline time of the prompt (the same
-request time the server prediction's Little's-law fixed point uses). With at most ``B`` slots
+request time the server prediction's Little's-law solve uses, :mod:`wattgpu.serving.solve`). With at most ``B`` slots
 (``B`` = min(batch cap, sequences whose KV cache fits)), Little's law L = λ·W caps the rate at
 
     max_qps = max over b ≤ B of  b / W(b)        (and, with an ITL SLA, only over b with ITL(b) ≤ SLA)

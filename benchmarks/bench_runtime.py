@@ -59,7 +59,7 @@ BUDGETS: dict[str, tuple[float, str, str]] = {
 }
 
 # Workloads the batch rows draw from: the kinds the shipped models learned (offline, closed loop).
-# Server rows take the Poisson fixed point (30 model evaluations each) and are measured apart.
+# Server rows take the Poisson solve (wattgpu.serving.solve: a few ITL evaluations each) and are measured apart.
 WORKLOADS = [
     dict(kind="offline"),
     dict(kind="offline", max_batch=64, input_tokens=1024, output_tokens=512),
@@ -283,7 +283,7 @@ SERVER_SLA_ITL_MS = 50.0  # the ITL SLA of the rank figure that searches batch c
 
 def bench_server_prediction(predictor: Any, llm: str, gpu: str, repeats: int, calls: int) -> dict[str, Any]:
     """One Poisson-server prediction (``Predictor.predict`` with ``SERVER_WORKLOAD``: the Little's-law
-    fixed point, then every model at the solved concurrency), interleaved call by call with the same
+    root by wattgpu.serving.solve, then every model at the solved concurrency), interleaved call by call with the same
     floor as one prediction (both ONNX models on a prebuilt float32 row). Also without the memo (the
     capacity grid recomputed before each call)."""
     import wattgpu

@@ -161,21 +161,6 @@ def test_replica_throughput_never_exceeds_batch_over_itl(llm, gpu, qps, tp):
         assert not any("did not converge" in w for w in p.warnings), p.warnings
 
 
-def test_the_fixed_point_solver_brackets_a_stepped_request_time():
-    """T(L) jumps across the line L = λT(L): no exact root exists, damped iteration oscillates, and the
-    solver returns the bracket's upper end (L ≥ λ·T(L)) within rtol."""
-    from wattgpu import physics
-
-    qps = np.array([1.0, 2.0])
-
-    def t(conc: np.ndarray) -> np.ndarray:
-        return np.where(conc < 10.0, 12.0, 8.0) / np.array([1.0, 2.0])[: conc.size]  # steps down at L = 10
-
-    conc, ok = physics.solve_server_concurrency(qps, t, iters=30, upper=np.array([64.0, 64.0]))
-    assert ok.all()
-    assert np.all(conc >= qps * t(conc)) and np.allclose(conc, 10.0, rtol=1e-5)
-
-
 # ---- tiny positive rates: finite or clearly refused, everywhere
 @pytest.mark.parametrize("qps", [1e-320, 5e-324, 1e-300, 1e-10])
 def test_a_tiny_rate_is_refused_by_name_in_the_api(qps):

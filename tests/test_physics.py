@@ -100,22 +100,6 @@ def test_server_power_mix_hand_computed():
     assert physics.server_power_mix(30.0, 20.0, 2.0) == 30.0
 
 
-def test_fixed_point_linear_request_time():
-    # T(L) = 2 + 0.5·L seconds, λ = 0.5/s: L = λ·T(L) → L = 0.5·(2 + 0.5 L) → 0.75 L = 1 → L = 4/3
-    conc, ok = physics.solve_server_concurrency(np.array([0.5]), lambda L: 2.0 + 0.5 * L)
-    assert ok
-    assert conc[0] == pytest.approx(4.0 / 3.0, rel=1e-5)
-    # constant service time: L = λ·T exactly (0.017 × 15.3 = 0.2601)
-    conc, ok = physics.solve_server_concurrency(np.array([0.017]), lambda L: np.full_like(L, 15.3))
-    assert ok and conc[0] == pytest.approx(0.2601)
-
-
-def test_fixed_point_reports_overload():
-    # T(L) = 1 + L with λ = 2: L = 2 + 2L has no positive solution → does not converge
-    _, ok = physics.solve_server_concurrency(np.array([2.0]), lambda L: 1.0 + L, iters=40)
-    assert not ok
-
-
 def test_energy_formulas_hand_computed():
     # 100 W at 0.01 s per token → 1 J/token; 256 tokens → 256 J = 0.071 11 Wh
     e = energy.energy_figures(100.0, 0.01, 256, usd_per_kwh=0.15, gco2_per_kwh=400.0, pue=1.2)

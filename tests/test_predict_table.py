@@ -52,7 +52,7 @@ def test_rows_next_to_failing_rows_equal_rows_alone() -> None:
 def test_repeated_server_rows_are_solved_once_with_the_same_numbers() -> None:
     """A table that repeats Poisson-server rows (a CSV, a sweep) solves each distinct row once: every
     repeat gets exactly the numbers of the row predicted alone, and the solve runs on distinct rows only."""
-    from wattgpu import physics
+    from wattgpu import server
 
     pred = Predictor()
     cat = pred.catalog
@@ -61,17 +61,17 @@ def test_repeated_server_rows_are_solved_once_with_the_same_numbers() -> None:
     combos.append((cat.gpu("A30"), llm, Workload(kind="server", qps=0.3, output_tokens=64)))  # differs in one field
     rows = [combos[i % len(combos)] for i in range(60)]
     sizes: list[int] = []
-    real = physics.solve_server_concurrency
+    real = server.solve_concurrency
 
     def spy(qps, *args, **kwargs):
         sizes.append(len(qps))
         return real(qps, *args, **kwargs)
 
-    physics.solve_server_concurrency = spy
+    server.solve_concurrency = spy
     try:
         table = pred.predict_table(rows)
     finally:
-        physics.solve_server_concurrency = real
+        server.solve_concurrency = real
     assert sizes == [len(combos)]
     for k, row in enumerate(rows):
         alone = pred.predict_specs([row])[0]

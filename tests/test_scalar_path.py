@@ -129,8 +129,8 @@ SERVER_WORKLOADS = [Workload(kind="server", qps=q) for q in (0.017, 0.33, 2.0, 8
 
 
 def test_server_rows_on_the_scalar_path_equal_the_vectorised_path(pred: Predictor) -> None:
-    """Poisson-server rows: the one-row solve (physics.solve_server_concurrency_one on floats) returns the
-    Prediction the vectorised fixed point returns, field for field, below, near and beyond capacity."""
+    """Poisson-server rows: the one-row solve (serving.solve on floats) returns the
+    Prediction the vectorised solve returns, field for field, below, near and beyond capacity."""
     cat = pred.catalog
     llms = [m for m in cat.llms if m.total_params_b < 80][::3]
     rows = [(g, m, w) for g in cat.gpus for m in llms for w in SERVER_WORKLOADS]

@@ -3,7 +3,7 @@
 Each request holds one of the engine's batch slots for its whole time in the system,
 ``W(b) = prefill + output_tokens × ITL(b)``, where ``ITL(b)`` is the learned inter-token latency with
 ``b`` sequences decoding together and prefill is the compute-roofline time of the prompt (the same
-request time the server prediction's Little's-law fixed point uses). With at most ``B`` slots
+request time the server prediction's Little's-law solve uses, :mod:`wattgpu.serving.solve`). With at most ``B`` slots
 (``B`` = min(batch cap, sequences whose KV cache fits)), Little's law L = λ·W caps the rate at
 
     max_qps = max over b ≤ B of  b / W(b)        (and, with an ITL SLA, only over b with ITL(b) ≤ SLA)
@@ -80,7 +80,9 @@ def capacity_table(evaluate: Callable[[F.Columns], dict[str, np.ndarray]], tripl
                    cols: F.Columns, learned: bool,
                    max_itl_s: np.ndarray | None = None, itl_scale: float = 1.0) -> dict[str, np.ndarray]:
     """Capacity of each row (vectorised): ``max_qps``, the batch it is reached at (``batch``), the
-    ``itl_s``, busy ``power_w`` and ``request_s`` there, the batch ``limit`` and ``max_concurrency``.
+    ``itl_s``, busy ``power_w`` and ``request_s`` there, the batch ``limit`` and ``max_concurrency``;
+    the grid itself (rows × points): ``grid_batch``, ``grid_itl``, its concurrencies ``grid_conc`` and
+    request times ``grid_req`` (the server solve's bracket, :mod:`wattgpu.serving.solve`).
 
     With ``max_itl_s`` (per row, NaN = no SLA) only batches whose ITL × ``itl_scale`` meets it count;
     a row whose ITL misses the SLA even at batch 1 gets ``max_qps`` 0.
@@ -119,7 +121,8 @@ def capacity_table(evaluate: Callable[[F.Columns], dict[str, np.ndarray]], tripl
     at = request_time(evaluate, cols, uniq[cs], grid[cs, ck], limit[cs], learned, targets=("power",))
     return {"max_qps": lam[np.arange(len(triples)), k], "batch": batch[pick], "concurrency": grid[pick],
             "itl_s": itl[pick], "power_w": at["res"]["power"][back.reshape(-1)], "request_s": req[pick],
-            "limit": limit[slot], "grid_batch": batch[slot], "grid_itl": itl[slot],
+            "limit": limit[slot], "grid_batch": batch[slot], "grid_itl": itl[slot], "grid_conc": grid[slot],
+            "grid_req": req[slot],
             "max_concurrency": np.maximum(cols["fit_sequences"], 0.0)}
 
 

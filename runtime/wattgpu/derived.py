@@ -22,6 +22,19 @@ def derive(c: Columns) -> Columns:
     :mod:`wattgpu.parallel`); the decode-step time adds the group's all-reduces. With one GPU every
     column is what it was before tensor parallelism existed.
     """
+    return derive_load(derive_setup(c))
+
+
+# The columns derive_setup writes: they depend on the specs and the engine set-up, not on the load
+# (concurrency, request count, kind), so a row re-derived at another concurrency keeps them.
+SETUP_COLUMNS = ("weights_bytes", "active_weights_bytes", "kv_per_token", "context_tokens", "sliding_fraction",
+                 "kv_per_sequence", "kv_budget", "fit_sequences", "fit_batch", "compute_tflops", "mean_context",
+                 "gpu_active_params_b", "link_gb_s", "link_latency_s", "link_is_nvlink", "step_overhead_s",
+                 "idle_power_w")
+
+
+def derive_setup(c: Columns) -> Columns:
+    """The load-free part of :func:`derive` (:data:`SETUP_COLUMNS`, in place)."""
     tp = c["wl_tp"]
     c["weights_bytes"] = parallel.shard(physics.weight_bytes(c["llm_total_params_b"], c["llm_weight_bytes_per_param"]), tp)
     c["active_weights_bytes"] = parallel.shard(physics.weight_bytes(c["llm_active_params_b"], c["llm_weight_bytes_per_param"]), tp)
@@ -47,14 +60,23 @@ def derive(c: Columns) -> Columns:
     # has it, else the 16-bit rate, i.e. weight-only); identical to gpu_fp16_tflops for 16-bit models.
     c["compute_tflops"] = physics.matmul_tflops(c["gpu_fp16_tflops"], c["gpu_fp8_tflops"], c["gpu_fp4_tflops"],
                                                 c["llm_fp8_compute"], c["llm_fp4_compute"])
-    c["eff_batch"] = physics.effective_batch(c["wl_max_batch"], c["wl_concurrency"], c["wl_num_requests"], c["fit_batch"])
     c["mean_context"] = c["wl_input_tokens"] + 0.5 * c["wl_output_tokens"]
-    c["step_bytes"] = physics.decode_step_bytes(c["active_weights_bytes"], c["weights_bytes"], c["eff_batch"],
-                                                c["kv_per_token"], c["mean_context"], c["llm_num_experts"],
-                                                c["llm_experts_per_tok"])
     c["gpu_active_params_b"] = parallel.shard(c["llm_active_params_b"], tp)  # FLOPs per GPU follow its shard
     c["link_gb_s"], c["link_latency_s"], c["link_is_nvlink"] = parallel.link(
         tp, c["gpu_nvlink_gb_s"], c["gpu_nvlink_group"], c["gpu_pcie_gen"], c["gpu_pcie_lanes"])
+    c["step_overhead_s"] = c["llm_num_layers"] * layer_overhead_s(c["wl_engine_code"])  # > 0: engine time per step
+    c["idle_power_w"] = physics.idle_power_w(c["gpu_idle_power_w"], c["gpu_tdp_w"])  # the power model's floor
+    return c
+
+
+def derive_load(c: Columns) -> Columns:
+    """The part of :func:`derive` that depends on the load (effective batch onward), on columns that
+    already hold :data:`SETUP_COLUMNS`; in place."""
+    tp = c["wl_tp"]
+    c["eff_batch"] = physics.effective_batch(c["wl_max_batch"], c["wl_concurrency"], c["wl_num_requests"], c["fit_batch"])
+    c["step_bytes"] = physics.decode_step_bytes(c["active_weights_bytes"], c["weights_bytes"], c["eff_batch"],
+                                                c["kv_per_token"], c["mean_context"], c["llm_num_experts"],
+                                                c["llm_experts_per_tok"])
     c["comm_s"] = parallel.comm_step_s(c["llm_num_layers"], c["eff_batch"], c["llm_hidden_size"], tp,
                                        c["link_gb_s"], c["link_latency_s"])
     gpu_s = physics.roofline_step_s(c["step_bytes"], c["eff_batch"], c["gpu_active_params_b"],
@@ -62,10 +84,8 @@ def derive(c: Columns) -> Columns:
     c["roofline_itl_s"] = gpu_s + c["comm_s"]
     # busy share of a step: all-reduce kernels keep the SMs and links busy (they spin and reduce), so the
     # all-reduce time counts as busy; only the per-layer engine overhead does not
-    c["step_overhead_s"] = c["llm_num_layers"] * layer_overhead_s(c["wl_engine_code"])  # > 0: engine time per step
     c["roofline_duty"] = physics.roofline_duty(c["roofline_itl_s"], c["llm_num_layers"], layer_overhead_s(c["wl_engine_code"]))
     c["duty_power_w"] = physics.duty_power_w(c["gpu_tdp_w"], c["roofline_duty"])
-    c["idle_power_w"] = physics.idle_power_w(c["gpu_idle_power_w"], c["gpu_tdp_w"])  # the power model's floor
     # roofline + per-layer engine overhead: a decode step's physical time (monotone in batch and context)
     c["step_time_s"] = c["roofline_itl_s"] / c["roofline_duty"]
     return c

@@ -7,7 +7,7 @@ Units: bytes, seconds, watts; parameters in billions (``*_b``).
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -178,104 +178,6 @@ def server_power_mix(idle_w: np.ndarray, busy_power_w: np.ndarray, concurrency: 
     """
     idle = ops.asarray(idle_w)
     return idle + busy_fraction(concurrency) * ops.maximum(ops.asarray(busy_power_w) - idle, 0.0)
-
-
-def solve_server_concurrency(qps: Any, request_time_s: Callable[..., Any], iters: int = 60,
-                             rtol: float = 1e-6, damping: float = 0.5, active_rows: bool = False,
-                             upper: Any = None, bisect_iters: int = 60) -> tuple[Any, Any]:
-    """Fixed point L = λ · T(L) of Little's law, where the per-request time T depends on the batch.
-
-    ``request_time_s(L)`` maps an array of concurrencies to per-request times (prefill + output tokens ×
-    ITL at the busy batch). Damped iteration from L = λ·T(1); returns (L, converged per row). Each row
-    stops when it converges and is frozen from then on, so its result does not depend on which other
-    rows share the batch. T grows with the batch, so when λ is beyond capacity L diverges; the caller
-    checks it against what memory allows.
-
-    ``upper`` (per row, optional): a concurrency known to satisfy L ≥ λ·T(L) (the capacity's operating
-    point when λ ≤ capacity). Rows the iteration leaves unconverged (a learned T that steps or bends
-    near capacity makes it oscillate) are then solved by bisection on g(L) = L − λ·T(L) between the
-    largest iterate with g < 0 and the smallest with g ≥ 0 (or ``upper``), and the answer is the bracket's
-    upper end: within ``rtol`` of a root (or of the step where T jumps past L), on the side where
-    L ≥ λ·T(L), so the served rate λ·output tokens never exceeds batch ÷ ITL. Such rows count as converged.
-    With ``upper``, rows the iteration did converge are checked once more at the answer (L ≥ λ·T(L)
-    within 4 × ``rtol``) and bisected when they miss it.
-
-    With ``active_rows`` it is called as ``request_time_s(L[idx], idx)`` for the rows ``idx`` not yet
-    converged only (T is row-wise, so the result is the same; converged rows cost nothing).
-
-    ``qps`` a float: one row on floats (the one-row path), the same steps.
-    """
-    not_ = ops.logical_not
-    start: Any
-    lo: Any
-    hi: Any
-    done: Any
-    if isinstance(qps, float):
-        def times(conc: Any, skip: Any) -> Any:
-            return math.nan if skip else request_time_s(conc)
-
-        start, lo, done = 1.0, 0.0, False
-        hi = math.inf if upper is None else float(upper)
-    else:
-        qps = np.asarray(qps, dtype=np.float64)
-        everyone = np.arange(qps.size)
-
-        def times(conc: Any, skip: Any) -> Any:
-            if not active_rows:
-                return request_time_s(conc)
-            idx = everyone[not_(skip)]
-            out = np.full(qps.shape, np.nan)
-            out[idx] = request_time_s(conc[idx], idx)
-            return out
-
-        start, lo, done = np.ones_like(qps), np.zeros(qps.shape), np.zeros(qps.shape, dtype=bool)
-        hi = np.full(qps.shape, np.inf) if upper is None else np.asarray(upper, dtype=np.float64).copy()
-
-    def bracket(at: Any, new: Any, rows: Any) -> None:
-        """Narrow [lo, hi]: new = λ·T(at), g(at) = at − new, g(lo) < 0."""
-        nonlocal lo, hi
-        with np.errstate(invalid="ignore"):
-            below = rows & (new > at)
-            above = rows & (new <= at)
-        lo = ops.where(below & (at < hi), ops.maximum(lo, at), lo)
-        hi = ops.where(above & (at > lo), ops.minimum(hi, at), hi)
-
-    conc = littles_law_concurrency(qps, times(start, done))
-    bracket(start, conc, not_(done))
-    for _ in range(iters):
-        new = littles_law_concurrency(qps, times(conc, done))
-        bracket(conc, new, not_(done))
-        with np.errstate(invalid="ignore"):
-            now = not_(done) & _close(new, conc, rtol)
-        conc = ops.where(now, new, ops.where(done, conc, (1.0 - damping) * conc + damping * new))
-        done = done | now
-        if np.all(done):
-            break
-    if upper is not None and np.any(done):
-        # an iterate within rtol of its successor may still sit below the line (T can step between the two):
-        # check L ≥ λ·T(L) where the answer is read, and bisect the rows that miss it
-        new = littles_law_concurrency(qps, times(conc, not_(done)))
-        bracket(conc, new, done)
-        with np.errstate(invalid="ignore"):
-            done = done & not_(new > conc * (1.0 + 4.0 * rtol))
-    todo = not_(done) & ops.isfinite(hi) & (hi > lo)
-    for _ in range(bisect_iters if np.any(todo) else 0):
-        mid = 0.5 * (lo + hi)
-        new = littles_law_concurrency(qps, times(mid, not_(todo)))
-        bracket(mid, new, todo)
-        todo = todo & ((hi - lo) > rtol * hi)
-        if not np.any(todo):
-            break
-    solved = not_(done) & ops.isfinite(hi) & ((hi - lo) <= rtol * hi)
-    if isinstance(qps, float):
-        return float(hi if solved else conc), bool(done or solved)
-    return np.where(solved, hi, conc), done | solved
-
-
-def _close(a: Any, b: Any, rtol: float) -> Any:
-    if isinstance(a, float):
-        return a == b if math.isinf(a) or math.isinf(b) else abs(a - b) <= 1e-9 + rtol * abs(b)
-    return np.isclose(a, b, rtol=rtol, atol=1e-9)
 
 
 # ---- busy power from the roofline duty cycle (target transform of the power model)

@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from . import memory, physics
-from .derived import Columns, derive
+from .derived import SETUP_COLUMNS, Columns, derive, derive_load
 from .specs import GpuSpec, LlmSpec, MEMORY_TYPES
 from .workload import ENGINE_ERAS, ENGINES, ITL_STATS, KINDS, Workload
 
@@ -151,6 +151,7 @@ def row_columns(row: tuple[GpuSpec, LlmSpec, Workload],
 
 GPU_COLUMN_KEYS = (*_GPU_KEYS, *_GPU_LINK_KEYS)  # the spec-sheet columns of one GPU (its identity for calibration; not idle power)
 RAW_KEYS = (*_GPU_KEYS, *_LLM_KEYS, *_WL_KEYS, *_GPU_LINK_KEYS, *_TP_KEYS, *_GPU_POWER_KEYS)
+_KEPT = (*RAW_KEYS, *SETUP_COLUMNS)  # what a row re-derived at another concurrency keeps
 _CLOSED_LOOP_CODES = {"wl_kind_code": _code(KINDS, "closed_loop"), "wl_scenario_code": _code(SCENARIOS, "closed_loop")}
 
 
@@ -160,21 +161,21 @@ def with_concurrency(cols: Columns, index: np.ndarray, concurrency: np.ndarray, 
     Equals :func:`columns` of ``replace(w, concurrency=c)`` (and, with ``closed_loop``, also
     ``kind="closed_loop", qps=None``) for each row: only those raw workload columns change."""
     idx = np.asarray(index, dtype=np.intp)
-    raw = {k: cols[k][idx] for k in RAW_KEYS}
+    raw = {k: cols[k][idx] for k in _KEPT}
     raw["wl_concurrency"] = np.asarray(concurrency, dtype=np.float64)
     if closed_loop:
         for k, v in _CLOSED_LOOP_CODES.items():
             raw[k] = np.full(len(idx), v)
         raw["wl_qps"] = np.full(len(idx), math.nan)
-    return derive(raw)
+    return derive_load(raw)  # the set-up columns do not depend on the load: kept, not recomputed
 
 
 
 def row_with_concurrency(c: dict[str, float], concurrency: float, closed_loop: bool) -> dict[str, float]:
     """:func:`with_concurrency` of one row of floats."""
-    raw = {k: c[k] for k in RAW_KEYS}
+    raw = {k: c[k] for k in _KEPT}
     raw["wl_concurrency"] = concurrency
     if closed_loop:
         raw.update(_CLOSED_LOOP_CODES)
         raw["wl_qps"] = math.nan
-    return derive(raw)  # type: ignore[arg-type,return-value]
+    return derive_load(raw)  # type: ignore[arg-type,return-value]

@@ -85,13 +85,16 @@ class Capacity(NamedTuple):
     max_qps: float
     grid_batch: tuple[float, ...]
     grid_itl: tuple[float, ...]
-    concurrency: float  # the operating point's concurrency (the server solve's upper bracket)
+    concurrency: float  # the operating point's concurrency
     limit: float  # sequences the engine runs at once
+    grid_conc: tuple[float, ...]  # the grid's concurrencies and request times there (the server solve's bracket)
+    grid_req: tuple[float, ...]
 
     @classmethod
     def of(cls, table: Mapping[str, np.ndarray], j: int) -> "Capacity":
         return cls(float(table["max_qps"][j]), tuple(table["grid_batch"][j].tolist()),
-                   tuple(table["grid_itl"][j].tolist()), float(table["concurrency"][j]), float(table["limit"][j]))
+                   tuple(table["grid_itl"][j].tolist()), float(table["concurrency"][j]), float(table["limit"][j]),
+                   tuple(table["grid_conc"][j].tolist()), tuple(table["grid_req"][j].tolist()))
 
 
 def capacities(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.Columns,
@@ -122,6 +125,8 @@ def capacities(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], col
             "grid_itl": np.array([c.grid_itl for c in got], dtype=np.float64).reshape(len(got), -1)[where],
             "concurrency": np.array([c.concurrency for c in got])[where],
             "limit": np.array([c.limit for c in got])[where],
+            "grid_conc": np.array([c.grid_conc for c in got], dtype=np.float64).reshape(len(got), -1)[where],
+            "grid_req": np.array([c.grid_req for c in got], dtype=np.float64).reshape(len(got), -1)[where],
             "max_concurrency": np.maximum(cols["fit_sequences"], 0.0)}
 
 

@@ -10,10 +10,10 @@ from . import features as F
 from . import physics
 from .assemble import Evaluate, Row
 from .specs import GpuSpec
+from .serving.solve import solve_concurrency
 from .targets import ITL, POWER
 
 IDLE_FRACTION_OF_TDP = physics.IDLE_FRACTION_OF_TDP  # estimate used only when the catalog has no measured idle power
-SERVER_FIXED_POINT_ITERS = 30
 
 
 def idle_power(gpu: GpuSpec) -> tuple[float, str]:
@@ -25,7 +25,7 @@ def idle_power(gpu: GpuSpec) -> tuple[float, str]:
 
 def server_mix(evaluate: Evaluate, rows: Sequence[Row], cols: F.Columns, learned: bool, cap: np.ndarray,
                capacity: Mapping[str, np.ndarray]) -> dict[int, dict[str, Any]]:
-    """Poisson server: solve Little's law L = λ·(prefill + output tokens × ITL(L)) (see :mod:`physics`).
+    """Poisson server: solve Little's law L = λ·(prefill + output tokens × ITL(L)) (:mod:`wattgpu.serving.solve`).
 
     Without server rows in training the models are evaluated as a closed loop at the busy batch and
     mean power = idle + (1 − e^−L) × (learned busy power − idle). With server rows (``learned``) they
@@ -57,10 +57,9 @@ def server_mix(evaluate: Evaluate, rows: Sequence[Row], cols: F.Columns, learned
 
     over = qps > capacity["max_qps"] * (1.0 + 1e-9)
     # at the capacity's operating point b, max_qps = b / W(b): a rate within capacity has b ≥ λ·W(b), so
-    # b bounds the root from above and bisection can always finish what the iteration leaves
-    conc, converged = physics.solve_server_concurrency(np.minimum(qps, capacity["max_qps"]), request_time,
-                                                       iters=SERVER_FIXED_POINT_ITERS, active_rows=True,
-                                                       upper=capacity["concurrency"])
+    # the capacity grid brackets the root
+    conc, converged = solve_concurrency(np.minimum(qps, capacity["max_qps"]), request_time,
+                                        capacity["grid_conc"], capacity["grid_req"])
     conc = np.where(over, capacity["concurrency"], conc)
     request_time(conc, None, None)  # every model at the solved (or saturated) concurrency
     res, batch = state["res"], state["batch"]

@@ -6,8 +6,8 @@ This path evaluates the SAME definitions — :func:`features.row_columns` /
 float32 buffer, and so returns the Prediction the vectorised path returns, bit for bit
 (tests/test_scalar_path.py).
 
-Poisson-server rows solve the same fixed point (:func:`physics.solve_server_concurrency` on floats,
-one ITL run per step) and build the same :func:`server.mix_entry`.
+Poisson-server rows take the same solve (:func:`serving.solve.solve_concurrency` on floats, one ITL run
+per step) and build the same :func:`server.mix_entry`.
 
 Rows it does not handle return None and take the vectorised path, so their numbers, warnings and
 errors are the vectorised path's by construction: rows that cannot be predicted (no KV cache, an
@@ -34,7 +34,8 @@ from .prediction import Prediction
 from .raw_columns import row_with_concurrency
 from .results import (CLOSED_LOOP_CODE, ROW_COLUMNS, Capacity, RowMemo, finish, latency_numbers, memo_for, prediction,
                       served_token_rate, utilization)
-from .server import SERVER_FIXED_POINT_ITERS, idle_power, mix_entry
+from .server import idle_power, mix_entry
+from .serving.solve import solve_concurrency
 from .targets import ITL, POWER, inverse
 
 
@@ -157,8 +158,7 @@ def _server_numbers(bundle: ModelBundle, row: Row, c: dict[str, float], learned:
     if over:  # saturated at the capacity's operating point: nothing to solve
         conc, converged = cap.concurrency, True
     else:
-        conc, converged = physics.solve_server_concurrency(ops.minimum(qps, cap.max_qps), request_time,
-                                                               iters=SERVER_FIXED_POINT_ITERS, upper=cap.concurrency)
+        conc, converged = solve_concurrency(ops.minimum(qps, cap.max_qps), request_time, cap.grid_conc, cap.grid_req)
     cols, res, batch = at(conc, None)  # every model at the solved (or saturated) concurrency
     req_s = capacity.request_s(cols, res[ITL])  # type: ignore[arg-type]
     idle = idle_power(g)
@@ -188,11 +188,16 @@ _ITL_ONLY = (ITL,)
 def _capacity(bundle: ModelBundle, row: Row, c: dict[str, float], learned: bool) -> Capacity:
     """The row's capacity from :func:`capacity.capacity_table` itself, on one-row arrays of its columns
     (vectorised, and memoised by the caller)."""
-    cols = {k: np.array([v]) for k, v in c.items() if not k.startswith("feature:")}
+    cols = _array_row(c)
     evaluate = lambda at, targets=None: assemble.evaluate(bundle, at, targets)  # noqa: E731
     with np.errstate(divide="ignore", invalid="ignore"):
         cap = capacity.capacity_table(evaluate, [row], cols, learned)
     return Capacity.of(cap, 0)
+
+
+def _array_row(c: dict[str, float]) -> F.Columns:
+    """One row of float columns as one-row arrays (for the vectorised code it shares)."""
+    return {k: np.array([v]) for k, v in c.items() if not k.startswith("feature:")}
 
 
 def _sub_batch_itl(itl: float, batch: float, grid_batch: tuple[float, ...], grid_itl: tuple[float, ...]) -> float:

@@ -13,6 +13,10 @@ first on PATH, so ``wattgpu`` is the one installed beside it. To show part of a 
 (``| head -n 8``): what is shown is always exactly what the command prints.
 
 Plain ``` blocks are prose: they are never run.
+
+A doc whose examples call the service at ``http://127.0.0.1:8000`` (docs/service.md's curl lines) gets a
+real ``wattgpu serve`` for its examples: started on a free port before the doc's first example (the
+commands are run with that port in place of 8000) and stopped after its last.
 """
 from __future__ import annotations
 
@@ -21,15 +25,21 @@ import difflib
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import time
+import urllib.request
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE_FILES = REPO / "docs" / "examples"
 TIMEOUT_S = 300
+SERVICE_URL = "http://127.0.0.1:8000"  # how the docs write the service's address
 _FENCE = re.compile(r"^(```+|~~~+)\s*(\S*)")
 
 
@@ -88,18 +98,55 @@ def _block_examples(doc: Path, lines: list[str], first: int, stop: int) -> list[
     return found
 
 
-def run(example: Example, workdir: Path) -> list[str]:
-    """What ``example``'s command prints now, as the doc would show it."""
+def _env() -> dict[str, str]:
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env.setdefault("COLUMNS", "200")
     env.pop("WATTGPU_MODELS", None)  # the docs show the shipped models
-    proc = subprocess.run(["bash", "-c", example.command], cwd=workdir, env=env, stdout=subprocess.PIPE,
+    return env
+
+
+def run(example: Example, workdir: Path, service_url: str | None = None) -> list[str]:
+    """What ``example``'s command prints now, as the doc would show it (``service_url``: where the doc's
+    ``http://127.0.0.1:8000`` really listens)."""
+    command = example.command if service_url is None else example.command.replace(SERVICE_URL, service_url)
+    proc = subprocess.run(["bash", "-c", command], cwd=workdir, env=_env(), stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, timeout=TIMEOUT_S)
     shown = proc.stdout.splitlines()
     if proc.returncode != 0:
         shown.append(f"(exit {proc.returncode})")
     return [line.rstrip() for line in shown]
+
+
+@contextmanager
+def service(needed: bool) -> Iterator[str | None]:
+    """A ``wattgpu serve`` on a free local port for the duration (its URL), or None when not ``needed``."""
+    if not needed:
+        yield None
+        return
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "wattgpu.cli", "serve", "--port", str(port)], env=_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(url + "/healthz", timeout=2):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"wattgpu serve did not start: {proc.stderr.read() if proc.stderr else ''}")
+                time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 def workdir() -> tempfile.TemporaryDirectory[str]:
@@ -119,9 +166,9 @@ def check(paths: list[Path], write: bool) -> list[str]:
             continue
         lines = doc.read_text(encoding="utf-8").splitlines()
         replaced: list[tuple[int, int, list[str]]] = []
-        with workdir() as tmp:  # one directory per doc: a later example may use an earlier one's files
-            for ex in examples:
-                got = run(ex, Path(tmp))
+        with workdir() as tmp, service(any(SERVICE_URL in ex.command for ex in examples)) as url:
+            for ex in examples:  # one directory per doc: a later example may use an earlier one's files
+                got = run(ex, Path(tmp), url)
                 if got != [s.rstrip() for s in ex.shown]:
                     rel = doc.relative_to(REPO) if doc.is_relative_to(REPO) else doc
                     diff = difflib.unified_diff(ex.shown, got, f"{rel}:{ex.line} (shown)", "(printed now)", lineterm="")

@@ -13,7 +13,7 @@ from .specs import GpuSpec
 from .targets import ITL, POWER
 
 IDLE_FRACTION_OF_TDP = physics.IDLE_FRACTION_OF_TDP  # estimate used only when the catalog has no measured idle power
-SERVER_FIXED_POINT_ITERS = 30
+SERVER_FIXED_POINT_ITERS = 60  # most evaluations of T one server row may take (a T stepping across the line: ~25)
 
 
 def idle_power(gpu: GpuSpec) -> tuple[float, str]:
@@ -58,9 +58,10 @@ def server_mix(evaluate: Evaluate, rows: Sequence[Row], cols: F.Columns, learned
     over = qps > capacity["max_qps"] * (1.0 + 1e-9)
     # at the capacity's operating point b, max_qps = b / W(b): a rate within capacity has b ≥ λ·W(b), so
     # b bounds the root from above and bisection can always finish what the iteration leaves
-    conc, converged = physics.solve_server_concurrency(np.minimum(qps, capacity["max_qps"]), request_time,
-                                                       iters=SERVER_FIXED_POINT_ITERS, active_rows=True,
-                                                       upper=capacity["concurrency"])
+    rate = np.minimum(qps, capacity["max_qps"])
+    conc, converged = physics.solve_server_concurrency(rate, request_time, iters=SERVER_FIXED_POINT_ITERS,
+                                                       active_rows=True, upper=capacity["concurrency"],
+                                                       start=rate * capacity_mod.request_s(cols, capacity["grid_itl"][:, 0]))
     conc = np.where(over, capacity["concurrency"], conc)
     request_time(conc, None, None)  # every model at the solved (or saturated) concurrency
     res, batch = state["res"], state["batch"]

@@ -157,8 +157,10 @@ def _server_numbers(bundle: ModelBundle, row: Row, c: dict[str, float], learned:
     if over:  # saturated at the capacity's operating point: nothing to solve
         conc, converged = cap.concurrency, True
     else:
-        conc, converged = physics.solve_server_concurrency(ops.minimum(qps, cap.max_qps), request_time,
-                                                               iters=SERVER_FIXED_POINT_ITERS, upper=cap.concurrency)
+        rate = ops.minimum(qps, cap.max_qps)
+        conc, converged = physics.solve_server_concurrency(rate, request_time, iters=SERVER_FIXED_POINT_ITERS,
+                                                           upper=cap.concurrency,
+                                                           start=rate * capacity.request_s(c, cap.grid_itl[0]))  # type: ignore[arg-type]  # floats: the same operations
     cols, res, batch = at(conc, None)  # every model at the solved (or saturated) concurrency
     req_s = capacity.request_s(cols, res[ITL])  # type: ignore[arg-type]
     idle = idle_power(g)

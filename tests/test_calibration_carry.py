@@ -101,6 +101,22 @@ def test_ttft_is_applied_alike_on_the_scalar_and_the_vectorised_path(agreeing):
     assert cal.predict(GPU, LLM, server).ttft_s != base.predict(GPU, LLM, server).ttft_s
 
 
+def _stamp_format(bundle: Path, manifest: dict, version: str) -> None:
+    """Rewrite each ONNX file's stamped wattgpu.schema_version and its sha256 in the manifest (an older bundle)."""
+    import hashlib
+
+    import onnx
+
+    for entry in manifest["models"].values():
+        path = bundle / entry["file"]
+        model = onnx.load(str(path))
+        for prop in model.metadata_props:
+            if prop.key == "wattgpu.schema_version":
+                prop.value = version
+        onnx.save(model, str(path))
+        entry["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def test_a_format_3_calibrated_bundle_still_loads_without_llm_shares(agreeing, tmp_path):
     import shutil
 
@@ -113,6 +129,7 @@ def test_a_format_3_calibrated_bundle_still_loads_without_llm_shares(agreeing, t
     for f in sec["targets"].values():
         del f["llm"]
     m["schema_version"] = 3
+    _stamp_format(old, m, "3")  # a format-3 bundle's model files carry format 3 (a refit stamps the current one)
     (old / SCHEMA_FILE).write_text(json.dumps(m))
     assert FORMAT_VERSION == 4
     p = Predictor(models=old).predict(GPU, LLM, _wl(32))

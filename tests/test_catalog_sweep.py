@@ -22,15 +22,16 @@ def test_the_sweep_sees_enough_pairs_and_steps(pred: Predictor) -> None:
 
 
 @pytest.mark.xfail(strict=True, reason="issue 38 open: the shipped ITL model reads log(parameters) without a direction "
-                   "(88 of 133,792 comparisons inverted); a +1 on log(parameters) leaves 10 "
-                   "(reports/issue38_experiments.md); not shipped yet")
+                   "(35 of 133,792 comparisons inverted after the refit on architecture counts; 88 before); "
+                   "the physics recipe's +1 weight bytes leaves 126, a +1 on log(parameters) 10 "
+                   "(reports/issue38_experiments.md); none shipped")
 def test_no_model_that_reads_more_is_predicted_faster(pred: Predictor) -> None:
     bad, n, examples = dominance_inversions(pred)
     assert bad == 0, f"{bad} of {n} strict-dominance comparisons inverted:\n" + "\n".join(examples)
 
 
 @pytest.mark.xfail(strict=True, reason="issue 38 open: where the sub-batch ITL bound (capacity.py) holds the "
-                   "throughput flat, power is still evaluated at the nominal batch (102 of 211 flat steps up > 5 %); "
+                   "throughput flat, power is still evaluated at the nominal batch (122 of 236 flat steps up > 5 % after the refit; 102 of 211 before); "
                    "the fix is the serving code's: evaluate power at the served grid batch")
 def test_no_bigger_batch_cap_draws_more_power_for_no_more_work(pred: Predictor) -> None:
     bad, flat, examples = saturated_power_steps(pred)

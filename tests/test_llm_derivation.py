@@ -128,3 +128,35 @@ def test_catalog_id_and_config_json_give_the_same_predictions(rows) -> None:
                 assert getattr(x, field) == pytest.approx(getattr(y, field), rel=1e-9), (name, field)
             checked += 1
     assert checked >= 150
+
+
+# Rows whose fields cannot describe the architecture exactly and that have no config copy: their table counts
+# (model card figures) are kept, and the catalog says so in the entry's ``derived`` list.
+CARD_COUNTS = {
+    "Qwen/Qwen1.5-MoE-A2.7B-Chat": "the shared expert's width (shared_expert_intermediate_size) has no column",
+    "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": "the hybrid Mamba/attention layer pattern has no column",
+}
+
+
+def test_table_counts_are_the_architecture_counts(rows) -> None:
+    """Issue 38 item 4: every catalog row's stored total/active parameters are the reader's count from its
+    architecture (rounded to 1e-3 B), so a catalog id and its config.json cannot differ in size; only the
+    named rows keep a card figure."""
+    from wattgpu_train.catalog import counted_from_architecture
+
+    cat = default_catalog()
+    unsupported = dict(cat.unsupported_llms)
+    copies = {_doc(p)["hf_id"] for p in RAW_FILES}  # read from the model's own config whatever params_method says
+    kept = sorted(n for n, r in rows.items()
+                  if n not in unsupported and n not in copies and not counted_from_architecture(r))
+    assert kept == sorted(CARD_COUNTS)
+    off = {}
+    for name, row in rows.items():
+        if name in unsupported:
+            continue
+        spec = cat.llm(name)
+        for field in ("total_params_b", "active_params_b"):
+            if abs(float(row[field]) - getattr(spec, field)) > 0.0005 + 1e-9:
+                off[(name, field)] = (row[field], getattr(spec, field))
+    assert not off, f"llm_configs.csv counts differ from the architecture's: {off}"
+    assert cat.llm("nvidia/Llama-3.1-Minitron-4B-Width-Base").total_params_b == pytest.approx(4.513, abs=5e-4)

@@ -37,6 +37,13 @@ def design(target: str, name: str) -> R.Recipe:
                          for m in grid)
         else:
             grid = tuple(replace(m, monotone={**m.monotone, "llm_log_params_b": +1, "llm_layers": +1}) for m in grid)
+    elif name == "power_shard":  # power: the LLM's size as the weight bytes each GPU holds, not log(params)
+        grid = tuple(replace(m, features=tuple("llm_weights_gb" if f == "llm_log_params_b" else f for f in m.features))
+                     for m in grid)
+    elif name == "power_no_size":  # power: the LLM enters only through the physics (roofline time, duty, shares)
+        grid = tuple(replace(m, features=tuple(f for f in m.features if f != "llm_log_params_b")) for m in grid)
+    elif name == "power_nested_size":  # both forms as candidates: the training folds choose
+        grid = (*grid, *(replace(m, features=tuple(f for f in m.features if f != "llm_log_params_b")) for m in grid))
     elif name != "shipped":
         raise SystemExit(f"unknown design {name}")
     return replace(R.DEFAULT, grid={**R.DEFAULT.grid, target: grid})

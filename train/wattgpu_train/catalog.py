@@ -224,6 +224,12 @@ _ALIASES = {
 }
 
 
+def counted_from_architecture(row: dict[str, str]) -> bool:
+    """Whether the row's parameter counts are the config reader's count from the architecture (params_method
+    "computed from config ..."): the catalog then uses the reader's own count, the table stores it rounded."""
+    return row["params_method"].startswith("computed from config")
+
+
 def llm_config(row: dict[str, str], raw: dict[str, Any] | None,
                attention: dict[str, str] | None) -> tuple[dict[str, Any], list[str]]:
     """The config.json the catalog feeds the runtime's reader for one LLM: the stored copy of the model's own
@@ -265,12 +271,12 @@ def llm_entry(row: dict[str, str], paper: dict[str, dict[str, str]],
     spec = llm_from_hf_config(cfg, name, source=f"data/catalog/{LLM_TABLE} ({row['confidence']} confidence)")
     if spec.arch_class != row["arch_class"]:
         raise ValueError(f"{LLM_TABLE}: {name} arch_class {row['arch_class']!r} but its config reads as {spec.arch_class!r}")
-    if raw is None:
-        # No copy of the model's config: the row carries only the common fields, not the family extras the
-        # reader needs for an exact count (shared-expert widths, hybrid layer patterns, biases), so the
-        # table's parameter counts (model card / paper / computed upstream, params_method) are kept.
+    if raw is None and not counted_from_architecture(row):
+        # No copy of the model's config and a row without the family extras the reader needs for an exact
+        # count (shared-expert widths, hybrid layer patterns): the table's counts (params_method) are kept.
         spec = replace(spec, total_params_b=float(row["total_params_b"]), active_params_b=float(row["active_params_b"]))
-        derived.append(f"total/active params from {LLM_TABLE} ({row['params_method']}): no config copy to count from")
+        derived.append(f"total/active params from {LLM_TABLE} ({row['params_method']}): the row cannot describe "
+                       "the architecture exactly")
     out = replace(spec, confidence=row["confidence"]).to_dict()
     # leave out what equals the reader's default (all layers hold KV; no MLA; no window split) to keep the
     # catalog small; LlmSpec fills them in again

@@ -144,9 +144,18 @@ def _physics_itl(m: ModelRecipe) -> ModelRecipe:
     return replace(m, features=feats, monotone={**m.monotone, "llm_weights_gb": +1})
 
 
+# Power, same issue: the LLM enters only through the physics (roofline time, duty, compute share, tokens/s per W,
+# all computed from its bytes and FLOPs), not as a raw log(parameters) the trees may split on. On the corrected
+# catalog (counts from the architecture) single-GPU power LOGO 16.9 % vs 16.8 % with log(parameters), GPU tau
+# 0.33 vs 0.26, TP power 18.7 vs 23.5 % (tools/issue38/logo.py; reports/issue38_experiments.md).
+def _physics_power(m: ModelRecipe) -> ModelRecipe:
+    return replace(m, features=tuple(f for f in m.features if f != "llm_log_params_b"))
+
+
 PHYSICS_ITL_GRID: tuple[ModelRecipe, ...] = tuple(_physics_itl(m) for m in ITL_GRID)
-PHYSICS = Recipe(name="physics", power=POWER_GRID[0], itl=PHYSICS_ITL_GRID[0],
-                 grid={POWER: POWER_GRID, ITL: PHYSICS_ITL_GRID})
+PHYSICS_POWER_GRID: tuple[ModelRecipe, ...] = tuple(_physics_power(m) for m in POWER_GRID)
+PHYSICS = Recipe(name="physics", power=PHYSICS_POWER_GRID[0], itl=PHYSICS_ITL_GRID[0],
+                 grid={POWER: PHYSICS_POWER_GRID, ITL: PHYSICS_ITL_GRID})
 
 V0_2_POWER_GRID = _grid(POWER, "log_ratio_to_duty_power", (3, 2, 4))
 V0_2_ITL_GRID = _grid(ITL, "log_ratio_to_step_time", (3, 2, 4))

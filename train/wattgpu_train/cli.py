@@ -164,6 +164,7 @@ def evaluate_cmd(out: Path, data_dir: Path, specs: Path, quick: bool, jobs: int,
 def _ttft(out: Path, data: Any) -> None:
     """Score TTFT (physics vs prefill roofline), store it under accuracy.json's 'ttft' key, rewrite accuracy.md."""
     from .report import evaluate_markdown
+    from .ttft import summary_lines as ttft_summary
     from .ttft import ttft_scores
 
     result = ttft_scores(data.records, data.catalog)
@@ -175,16 +176,8 @@ def _ttft(out: Path, data: Any) -> None:
         _write(out, "accuracy.md", evaluate_markdown(whole))
     else:
         _write(out, "ttft.json", json.dumps(result, indent=1, ensure_ascii=False) + "\n")
-    if result.get("rows"):
-        p, r = result["pooled"]["physics"], result["pooled"]["prefill_roofline"]
-        click.echo(f"TTFT ({result['rows']} rows): physics MdAPE {p['mdape']:.1f} % (bias {p['bias_pct']:+.1f} %), "
-                   f"prefill roofline MdAPE {r['mdape']:.1f} % (bias {r['bias_pct']:+.1f} %); "
-                   f"target {'met' if result['target']['met'] else 'missed'}")
-        for g, v in result["per_gpu"].items():
-            click.echo(f"  {g}: n={v['physics']['rows']} physics {v['physics']['mdape']:.1f} %, "
-                       f"roofline {v['prefill_roofline']['mdape']:.1f} %")
-    else:
-        click.echo("TTFT: no measured row records a TTFT")
+    for line in ttft_summary(result):
+        click.echo(line)
 
 
 def _kshot(out: Path, data: Any, quick: bool, jobs: int) -> None:

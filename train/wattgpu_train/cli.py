@@ -118,6 +118,31 @@ def fit_cmd(data_dir: Path, watt_counts: Path | None, specs: Path, recipe: str, 
     schema = _pipeline().export(result, out)
     for m in schema["models"].values():
         click.echo(f"exported {out / m['file']} (parity max rel diff {m['parity_max_rel_diff']:.2g})")
+    _fit_ttft(out, data)
+
+
+def _fit_ttft(models: Path, data: Any) -> None:
+    """Fit the bundle's ``ttft`` section (wattgpu.ttft_fit) on the measured TTFT rows and report it."""
+    from .ttft import install
+
+    try:
+        fit = install(models, data.records, data.catalog)
+    except ValueError as exc:
+        click.echo(f"no ttft section: {exc}", err=True)
+        return
+    click.echo(f"ttft section in {models}: excess {fit.excess_steps:.2f} decode steps, burst {fit.burst_s:.3f} s, "
+               f"80 % interval factors {fit.interval} ({fit.rows} rows)")
+
+
+@main.command("fit-ttft")
+@click.option("--models", type=click.Path(path_type=Path, exists=True, file_okay=False), required=True,
+              help="Bundle directory to add the fitted TTFT section to (format 5; model files unchanged).")
+@click.option("--data-dir", type=click.Path(path_type=Path, exists=True), default=DEFAULT_DATA, show_default=True)
+@click.option("--specs", type=click.Path(path_type=Path, exists=True), default=DEFAULT_SPECS, show_default=True)
+def fit_ttft_cmd(models: Path, data_dir: Path, specs: Path) -> None:
+    """Fit the TTFT excess and 80 % interval on the measured TTFT rows with --models' step times, and write them
+    into that bundle's manifest (no refit of the power or ITL models)."""
+    _fit_ttft(models, _pipeline().load(data_dir, specs))
 
 @main.command("evaluate")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), callback=_out_dir, default=Path("reports"), show_default=True)

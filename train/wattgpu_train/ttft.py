@@ -244,3 +244,21 @@ def markdown(t: dict[str, Any]) -> list[str]:
                 f"burst {a['burst_s']:.3f} s, 80 % interval factors [{a['interval'][0]:.2f}, {a['interval'][1]:.2f}].",
             ""]
     return out
+
+
+def install(models: Any, records: pd.DataFrame, catalog: Catalog) -> TtftFit:
+    """Fit the ``ttft`` section on every measured TTFT row with bundle ``models``' own step times and write it
+    into that bundle (model files and catalog unchanged: :func:`wattgpu.bundle.rewrite_bundle`)."""
+    from pathlib import Path
+
+    from wattgpu.bundle import ModelBundle, rewrite_bundle
+    from wattgpu.predictor import Predictor
+
+    rows = ttft_rows(records, catalog, Predictor(models))
+    if rows is None or rows.y.size == 0:
+        raise ValueError("no measured row records a TTFT (x_ttft_mean_s): nothing to fit the ttft section on")
+    fit = fit_section(rows)
+    base = ModelBundle(Path(models))
+    catalog_bytes = base.read(base.schema.catalog_file)
+    rewrite_bundle(base, Path(models), catalog_bytes, {"ttft": fit.to_section()})
+    return fit

@@ -182,6 +182,10 @@ def evaluate_cmd(out: Path, data_dir: Path, specs: Path, quick: bool, jobs: int,
                 row = ", ".join(f"{k} {v['mdape']:.1f} %" for k, v in tp[split].items()
                                 if isinstance(v, dict) and v.get("mdape") is not None)
                 click.echo(f"{target} TP rows ({tp['rows']}) {split.upper()} MdAPE: {row}")
+    from .ttft import summary_lines as ttft_summary
+
+    for line in ttft_summary(result.get("ttft", {})):
+        click.echo(line)
     click.echo(f"wrote {j} and {m} in {elapsed:.0f} s")
     _kshot(out, _pipeline().load(data_dir, specs), quick, jobs)
 

@@ -133,6 +133,7 @@ def test_a_format_4_bundle_still_loads_without_excess_or_interval(tmp_path):
     (lambda m: m["ttft"].update(excess_steps=-1.0), "excess_steps"),
     (lambda m: m["ttft"].update(burst_s="0.4"), "burst_s"),
     (lambda m: m["ttft"].update(interval=[1.2, 3.0]), "interval"),
+    (lambda m: m["ttft"].update(burst_interval=[0.5]), "burst_interval"),
     (lambda m: m["ttft"].update(extra=1), "unknown"),
     (lambda m: m["ttft"].update(rows=True), "rows"),
 ])
@@ -150,8 +151,28 @@ def test_a_null_ttft_section_means_no_fit(tmp_path):
 
 
 def test_the_section_round_trips():
-    fit = ttft_fit.TtftFit(7.0, 0.4, (0.5, 3.0), 0.8, 87, "m")
+    fit = ttft_fit.TtftFit(7.0, 0.4, interval=(0.5, 3.0), burst_interval=(0.6, 1.3), level=0.8, rows=87, method="m")
     assert ttft_fit.read_section(json.loads(json.dumps(fit.to_section()))) == fit
+    assert fit.factors(1.0) == (0.6, 1.3) and fit.factors(0.25) == (0.5, 3.0)
+    assert ttft_fit.TtftFit(interval=(0.5, 3.0)).factors(1.0) == (0.5, 3.0)  # no burst factors: the others'
+
+
+def test_a_burst_prediction_takes_the_burst_interval():
+    pred = Predictor()
+    fit = ttft_fit.of(pred.bundle)
+    p = pred.predict(GPU, LLM, Workload(kind="closed_loop", concurrency=64, arrival="burst"))
+    (iv,) = p.ttft_intervals
+    assert fit.burst_interval is not None
+    assert iv.high == pytest.approx(p.ttft_s * fit.burst_interval[1], rel=1e-12)
+
+
+def test_a_saturated_closed_loop_keeps_littles_law():
+    """Clients beyond the batch cap wait for a slot; time spent in the excess (away from the engine) is not
+    spent queueing, so the cycle (e2e latency) stays clients / request rate."""
+    p = Predictor().predict(GPU, LLM, Workload(kind="closed_loop", concurrency=400, max_batch=64))
+    rate = p.throughput_tok_s / 256
+    assert p.ttft_breakdown["slot_wait_s"] > 0
+    assert rate * p.e2e_latency_s == pytest.approx(400, rel=0.01)
 
 
 # ---- the training side: the fit and its held-out scoring (labelled synthetic fixtures)

@@ -27,7 +27,9 @@ TTFT = slot wait + prefill queue + own prefill, each from the numbers the capaci
 
 - **fitted excess** (:mod:`ttft_fit`, from the bundle's ``ttft`` section; 0 without one): decode steps of the
   running batch between the first token's step and the client (scheduler, detokenization, streaming), plus the
-  seconds a burst benchmark adds (``workload.arrival = burst``: all clients start together).
+  seconds a burst benchmark adds (``workload.arrival = burst``: all clients start together). In a closed loop
+  a client spends that time away from the engine, not queueing for a slot, so the excess adds only beyond the
+  slot wait (the cycle stays clients / request rate: Little's law).
 
 Every term is non-decreasing in the offered load (qps, clients), so TTFT is too, and TTFT ≥ the compute
 roofline of the prompt. Arrays or, for the one-row scalar path (non-server rows), plain floats.
@@ -40,10 +42,12 @@ from typing import Any
 import numpy as np
 
 from . import capacity, ops, parallel, physics
+from .workload import KINDS
 
 # Share of the dense tensor peak a prefill reaches: large GEMMs run at 50–70 % of peak in vLLM/TensorRT
 # kernels, attention and norms lower; a round a-priori figure, not fitted on the TTFT rows.
 PREFILL_EFFICIENCY = 0.5
+CLOSED_LOOP_CODE = float(KINDS.index("closed_loop"))  # cols["wl_kind_code"] of a closed loop
 MAX_PREFILL_RHO = 0.95  # the prefill queue's load is capped here (beyond it the chunk budget is the bottleneck)
 
 
@@ -98,7 +102,8 @@ def ttft(cols: Any, budget: Any, batch: Any, step_s: Any, req_rate: Any, slot_wa
     least the row's ITL: the step that computes the first token also decodes the running batch), served
     request rate ``req_rate`` (req/s) and slot wait ``slot_wait_s`` (NaN = unbounded). TTFT is never
     below one such step, nor below the prompt's compute (weights and attention) plus, in a TP group, its
-    all-reduces. The fitted excess (:mod:`ttft_fit`) adds ``excess_steps`` × ``step_s`` + ``burst_s``."""
+    all-reduces. The fitted excess (:mod:`ttft_fit`) adds ``excess_steps`` × ``step_s`` + ``burst_s``; in a
+    closed loop only what exceeds the slot wait (``ttft_excess_s``: the client is away, not queueing)."""
     inp = cols["wl_input_tokens"]
     roofline = capacity.prefill_s(cols)
     attention = prefill_attention_s(cols)
@@ -112,7 +117,11 @@ def ttft(cols: Any, budget: Any, batch: Any, step_s: Any, req_rate: Any, slot_wa
     stage = ops.maximum(inp * step_s / free, roofline)
     rho = ops.minimum(req_rate * stage, MAX_PREFILL_RHO)
     queue = rho / (2.0 * (1.0 - rho)) * stage
+    # a closed loop's client spends the excess away from the engine, not queueing for a slot: its cycle is
+    # clients / request rate either way (Little's law), so the excess adds only beyond the slot wait
     excess = excess_steps * step_s + burst_s
+    closed = cols["wl_kind_code"] == CLOSED_LOOP_CODE
+    excess = ops.where(closed, ops.maximum(excess - slot_wait_s, 0.0), excess)
     return {"ttft_s": slot_wait_s + queue + own + excess, "prefill_s": own, "prefill_queue_s": queue,
             "slot_wait_s": slot_wait_s, "prefill_roofline_s": roofline, "prefill_attention_s": attention,
             "prefill_steps": steps, "prefill_allreduce_s": comm, "ttft_excess_s": excess, "step_s": step_s}

@@ -236,7 +236,7 @@ def prediction(bundle: ModelBundle, i: int, row: Row, cols: F.Columns, numbers: 
         tp=wl.tp, allreduce_s_per_step=float(cols["comm_s"][i]), calibration=calibrated,
         ttft_s=_finite(numbers["ttft_s"][i]), e2e_latency_s=_finite(numbers["e2e_latency_s"][i]),
         ttft_intervals=ttft_intervals(ttft_fit.of(bundle), _finite(numbers["ttft_s"][i]),
-                                      float(numbers["prefill_roofline_s"][i])),
+                                      float(numbers["prefill_roofline_s"][i]), wl.burst),
         ttft_breakdown={"prefill_s": float(numbers["prefill_s"][i]),
                         "prefill_queue_s": float(numbers["prefill_queue_s"][i]),
                         "slot_wait_s": _finite(numbers["slot_wait_s"][i]),
@@ -251,12 +251,13 @@ def prediction(bundle: ModelBundle, i: int, row: Row, cols: F.Columns, numbers: 
                             float(numbers["step_interconnect_s"][i])))
 
 
-def ttft_intervals(fit: TtftFit, ttft_s: float | None, floor_s: float) -> tuple[Interval, ...]:
-    """The fitted TTFT interval around ``ttft_s`` (never below the prompt's compute roofline ``floor_s``);
-    () without a fitted interval or a bounded TTFT."""
-    if fit.interval is None or ttft_s is None:
+def ttft_intervals(fit: TtftFit, ttft_s: float | None, floor_s: float, burst: float) -> tuple[Interval, ...]:
+    """The fitted TTFT interval around ``ttft_s`` of a row with burst share ``burst`` (never below the prompt's
+    compute roofline ``floor_s``); () without a fitted interval or a bounded TTFT."""
+    f = fit.factors(burst)
+    if f is None or ttft_s is None:
         return ()
-    return intervals(((fit.level, *fit.interval),), ttft_s, floor=min(ttft_s, floor_s))
+    return intervals(((fit.level, *f),), ttft_s, floor=min(ttft_s, floor_s))
 
 
 def _finite(x: float) -> float | None:

@@ -6,7 +6,9 @@ its 80 % interval, read from a bundle's ``ttft`` manifest section (format 5; ``w
   A count of steps, so it scales with the GPU, the LLM and the batch as the step time does.
 - ``burst_s``: seconds a benchmark that starts all its clients together (``workload.arrival = burst``, as
   llmperf and aiperf do) adds to the mean TTFT over a steady-state (staggered) closed loop.
-- ``interval``: factors (low, high) of the 80 % interval around the TTFT, from the held-out residuals.
+- ``interval``: factors (low, high) of the 80 % interval around the TTFT, from the held-out residuals;
+  ``burst_interval`` the same for burst arrivals (a one-wave benchmark scatters differently from a steady
+  loop), used where at least half the requests are in the first wave.
 
 A bundle without the section (formats ≤ 4) has no excess and no TTFT interval: :data:`NO_FIT`.
 """
@@ -16,7 +18,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-SECTION_KEYS = ("excess_steps", "burst_s", "interval", "level", "rows", "method")
+SECTION_KEYS = ("excess_steps", "burst_s", "interval", "burst_interval", "level", "rows", "method")
+BURST_INTERVAL_SHARE = 0.5  # the burst interval applies where at least this share of requests is in the first wave
 MAX_EXCESS_STEPS = 1000.0  # a sanity bound on a fitted count of steps
 MAX_BURST_S = 3600.0
 
@@ -28,6 +31,7 @@ class TtftFit:
     excess_steps: float = 0.0
     burst_s: float = 0.0
     interval: tuple[float, float] | None = None  # (low, high) factors on the TTFT; None = no TTFT interval
+    burst_interval: tuple[float, float] | None = None  # the same for burst arrivals; None = ``interval``
     level: float = 0.8
     rows: int = 0
     method: str = ""
@@ -36,16 +40,18 @@ class TtftFit:
         """Seconds added to rows flagged ``burst`` (1.0 / 0.0, array or float)."""
         return burst * self.burst_s
 
-    def bounds(self, ttft_s: float | None) -> tuple[float, float] | None:
-        """The ``level`` interval (s) around ``ttft_s``; None without an interval or a TTFT."""
-        if self.interval is None or ttft_s is None or not math.isfinite(ttft_s):
-            return None
-        return ttft_s * self.interval[0], ttft_s * self.interval[1]
+    def factors(self, burst: float) -> tuple[float, float] | None:
+        """The interval factors of a row whose burst share is ``burst``; None without an interval."""
+        if burst >= BURST_INTERVAL_SHARE and self.burst_interval is not None:
+            return self.burst_interval
+        return self.interval
 
     def to_section(self) -> dict[str, Any]:
         """The manifest's ``ttft`` section."""
         return {"excess_steps": self.excess_steps, "burst_s": self.burst_s,
-                "interval": None if self.interval is None else list(self.interval), "level": self.level,
+                "interval": None if self.interval is None else list(self.interval),
+                "burst_interval": None if self.burst_interval is None else list(self.burst_interval),
+                "level": self.level,
                 "rows": self.rows, "method": self.method}
 
 
@@ -77,16 +83,20 @@ def read_section(section: Any) -> TtftFit:
         raise ValueError(f"ttft.rows = {rows!r} is invalid; expected a count of rows ≥ 0")
     if not isinstance(section["method"], str):
         raise ValueError("ttft.method is not a string; expected a description of the fit")
-    iv = section["interval"]
-    interval = None
-    if iv is not None:
-        ok = (isinstance(iv, list) and len(iv) == 2
-              and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in iv)
-              and 0.0 < iv[0] <= 1.0 <= iv[1])
-        if not ok:
-            raise ValueError(f"ttft.interval = {iv!r} is invalid; expected null or [low ≤ 1, high ≥ 1] factors > 0")
-        interval = (float(iv[0]), float(iv[1]))
-    return TtftFit(steps, burst, interval, level, rows, section["method"])
+    return TtftFit(steps, burst, _factors(section, "interval"), _factors(section, "burst_interval"), level, rows,
+                   section["method"])
+
+
+def _factors(section: Mapping[str, Any], key: str) -> tuple[float, float] | None:
+    iv = section[key]
+    if iv is None:
+        return None
+    ok = (isinstance(iv, list) and len(iv) == 2
+          and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in iv)
+          and 0.0 < iv[0] <= 1.0 <= iv[1])
+    if not ok:
+        raise ValueError(f"ttft.{key} = {iv!r} is invalid; expected null or [low ≤ 1, high ≥ 1] factors > 0")
+    return float(iv[0]), float(iv[1])
 
 
 def of(bundle: Any) -> TtftFit:

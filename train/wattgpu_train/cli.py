@@ -131,7 +131,7 @@ def _fit_ttft(models: Path, data: Any) -> None:
         click.echo(f"no ttft section: {exc}", err=True)
         return
     click.echo(f"ttft section in {models}: excess {fit.excess_steps:.2f} decode steps, burst {fit.burst_s:.3f} s, "
-               f"80 % interval factors {fit.interval} ({fit.rows} rows)")
+               f"80 % interval factors {fit.interval}, burst arrivals {fit.burst_interval} ({fit.rows} rows)")
 
 
 @main.command("fit-ttft")

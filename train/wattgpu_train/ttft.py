@@ -9,6 +9,7 @@ fitted excess of the given bundle taken off again); the excess is
 
     TTFT = physics + ``excess_steps`` × step + ``burst_s`` × burst share
 
+(in a closed loop only the part of that excess beyond the slot wait, as :func:`wattgpu.latency.ttft` adds it)
 with both terms ≥ 0, fitted by least absolute log error. Held out: for each GPU, the terms are fitted on the
 other GPUs' rows and the 80 % interval factors are the 10th/90th percentiles of those rows' own held-out
 (inner leave-one-GPU-out) log residuals; nothing of the held-out GPU is seen.
@@ -25,7 +26,7 @@ from wattgpu.capacity import prefill_s
 from wattgpu.errors import WattGPUError
 from wattgpu.specs import Catalog
 from wattgpu.targets import ITL
-from wattgpu.ttft_fit import TtftFit
+from wattgpu.ttft_fit import BURST_INTERVAL_SHARE, TtftFit
 
 from .metrics import mdape, median_signed_error_pct
 
@@ -42,7 +43,7 @@ LEVEL = 0.8
 ARRIVAL_OF_SOURCE = {"llmperf_techgrandpa": "burst", "holtmann_consumer_gpu": "staggered"}
 METHOD = ("TTFT = physics (wattgpu.latency: own prefill with attention FLOPs, prefill queue, slot wait) + "
           "excess_steps x decode step + burst_s x burst share (wattgpu.ttft_fit), both >= 0, fitted by least "
-          "absolute log error; 80 % interval = 10th/90th percentile of held-out log residuals")
+          "absolute log error; 80 % interval = 10th/90th percentile of held-out log residuals, burst arrivals apart")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +58,8 @@ class TtftRows:
     gpu: np.ndarray
     source: np.ndarray
     unpredicted: int
+    slot_wait: np.ndarray | None = None  # the slot wait inside ``physics`` (s); None = no closed-loop row
+    closed: np.ndarray | None = None  # closed-loop rows (the excess adds only beyond their slot wait)
 
 
 def ttft_rows(records: pd.DataFrame, catalog: Catalog, predictor: Any = None) -> TtftRows | None:
@@ -87,13 +90,22 @@ def ttft_rows(records: pd.DataFrame, catalog: Catalog, predictor: Any = None) ->
     ok = np.isfinite(physics) & np.isfinite(step) & np.isfinite(y) & (y > 0)
     burst = np.array([w.burst for _, _, w in triples])
     roof = np.asarray(prefill_s(ds.cols), dtype=np.float64)
+    wait = np.nan_to_num(np.array([part(r, "slot_wait_s") for r in res]), nan=0.0)
+    closed = np.array([w.kind == "closed_loop" for _, _, w in triples])
     return TtftRows(y[ok], physics[ok], step[ok], burst[ok], roof[ok], ds.records["gpu"].to_numpy()[ok],
-                    sources[ok], int((~ok).sum()))
+                    sources[ok], int((~ok).sum()), wait[ok], closed[ok])
+
+
+def _excess_added(excess: np.ndarray, rows: TtftRows, m: Any) -> np.ndarray:
+    """The part of ``excess`` that adds to TTFT: all of it, except in a closed loop only beyond the slot wait."""
+    if rows.closed is None or rows.slot_wait is None:
+        return excess
+    return np.where(rows.closed[m], np.maximum(excess - rows.slot_wait[m], 0.0), excess)
 
 
 def predict(fit: TtftFit, rows: TtftRows, m: Any = slice(None)) -> np.ndarray:
     """The fitted TTFT of rows ``m`` (the runtime's composition: wattgpu.latency.ttft)."""
-    return rows.physics[m] + fit.excess_steps * rows.step[m] + fit.burst_seconds(rows.burst[m])
+    return rows.physics[m] + _excess_added(fit.excess_steps * rows.step[m] + fit.burst_seconds(rows.burst[m]), rows, m)
 
 
 def fit_terms(rows: TtftRows, m: np.ndarray) -> TtftFit:
@@ -105,7 +117,8 @@ def fit_terms(rows: TtftRows, m: np.ndarray) -> TtftFit:
     has_burst = bool((burst > 0).any())
 
     def loss(x: np.ndarray) -> float:
-        p = phys + np.exp(x[0]) * step + (np.exp(x[1]) * burst if has_burst else 0.0)
+        excess = np.exp(x[0]) * step + (np.exp(x[1]) * burst if has_burst else 0.0)
+        p = phys + _excess_added(excess, rows, m)
         return float(np.mean(np.abs(np.log(np.maximum(p, 1e-12) / y))))
 
     best = min((minimize(loss, np.array(x0), method="Nelder-Mead",
@@ -126,21 +139,32 @@ def held_out(rows: TtftRows, m: np.ndarray,
     return out
 
 
-def interval_factors(rows: TtftRows, m: np.ndarray) -> tuple[float, float]:
-    """80 % interval factors from rows ``m``'s held-out log residuals (their 10th and 90th percentiles),
-    widened to contain 1 so the interval holds the prediction."""
+MIN_INTERVAL_ROWS = 5  # fewer burst rows than this: burst rows take the other rows' interval
+
+
+def interval_factors(rows: TtftRows, m: np.ndarray) -> tuple[tuple[float, float], tuple[float, float] | None]:
+    """80 % interval factors (the other rows', the burst rows') from rows ``m``'s held-out log residuals
+    (10th and 90th percentiles, widened to contain 1 so the interval holds the prediction); the burst
+    factors are None with fewer than ``MIN_INTERVAL_ROWS`` burst rows in ``m``."""
     p = held_out(rows, m)
-    r = np.log(rows.y[m] / p[m])
-    r = r[np.isfinite(r)]
-    lo, hi = np.quantile(r, [(1 - LEVEL) / 2, (1 + LEVEL) / 2])
-    return float(min(np.exp(lo), 1.0)), float(max(np.exp(hi), 1.0))
+    burst = rows.burst >= BURST_INTERVAL_SHARE
+
+    def factors(sel: np.ndarray) -> tuple[float, float]:
+        r = np.log(rows.y[sel] / p[sel])
+        lo, hi = np.quantile(r[np.isfinite(r)], [(1 - LEVEL) / 2, (1 + LEVEL) / 2])
+        return float(min(np.exp(lo), 1.0)), float(max(np.exp(hi), 1.0))
+
+    other = m & ~burst
+    base = factors(other if other.sum() >= MIN_INTERVAL_ROWS else m)
+    return base, (factors(m & burst) if (m & burst).sum() >= MIN_INTERVAL_ROWS else None)
 
 
 def fit_section(rows: TtftRows) -> TtftFit:
-    """The bundle's ``ttft`` section fitted on every row (interval from their leave-one-GPU-out residuals)."""
+    """The bundle's ``ttft`` section fitted on every row (intervals from their leave-one-GPU-out residuals)."""
     every = np.ones(rows.y.shape, dtype=bool)
     terms = fit_terms(rows, every)
-    return dataclasses.replace(terms, interval=interval_factors(rows, every), level=LEVEL, rows=int(rows.y.size),
+    base, burst = interval_factors(rows, every)
+    return dataclasses.replace(terms, interval=base, burst_interval=burst, level=LEVEL, rows=int(rows.y.size),
                                method=METHOD)
 
 
@@ -163,11 +187,15 @@ def ttft_scores(records: pd.DataFrame, catalog: Catalog, predictor: Any = None) 
     folds = {}
     for g in sorted(set(rows.gpu.tolist())):
         test, train = rows.gpu == g, rows.gpu != g
-        f_lo, f_hi = interval_factors(rows, train)
-        lo[test], hi[test] = fitted[test] * f_lo, fitted[test] * f_hi
+        base, burst = interval_factors(rows, train)
+        fold_fit = TtftFit(interval=base, burst_interval=burst)
+        for i in np.flatnonzero(test):
+            f_lo, f_hi = fold_fit.factors(float(rows.burst[i]))  # type: ignore[misc]
+            lo[i], hi[i] = fitted[i] * f_lo, fitted[i] * f_hi
         t = fit_terms(rows, train)
         folds[g] = {"excess_steps": round(t.excess_steps, 3), "burst_s": round(t.burst_s, 4),
-                    "interval": [round(f_lo, 3), round(f_hi, 3)]}
+                    "interval": [round(x, 3) for x in base],
+                    "burst_interval": None if burst is None else [round(x, 3) for x in burst]}
 
     def three(m: np.ndarray) -> dict[str, Any]:
         return {"fitted": _score(rows.y[m], fitted[m], lo[m], hi[m]), "physics": _score(rows.y[m], rows.physics[m]),
@@ -240,9 +268,11 @@ def markdown(t: dict[str, Any]) -> list[str]:
     out += [line("source", s, v) for s, v in t["per_source"].items()]
     out += [line("GPU", g, v) for g, v in t["per_gpu"].items()]
     a = t["fit_all_rows"]
+    b = a["burst_interval"]
+    burst = f", burst arrivals [{b[0]:.2f}, {b[1]:.2f}]" if b else ""
     out += ["", f"Fitted on every row (the bundle's `ttft` section): excess {a['excess_steps']:.2f} decode steps, "
-                f"burst {a['burst_s']:.3f} s, 80 % interval factors [{a['interval'][0]:.2f}, {a['interval'][1]:.2f}].",
-            ""]
+                f"burst {a['burst_s']:.3f} s, 80 % interval factors [{a['interval'][0]:.2f}, {a['interval'][1]:.2f}]"
+                f"{burst}.", ""]
     return out
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from wattgpu import Predictor, Workload
 from wattgpu import features as F
-from wattgpu.bundle import SCHEMA_FILE, ModelBundle
+from wattgpu.bundle import FORMAT_VERSION, SCHEMA_FILE, ModelBundle
 from wattgpu.calibration import (BOUNDS, Calibration, GpuCal, TargetFit, fingerprint, fit_params, itl_map, power_map,
                                  write_calibrated)
 
@@ -338,7 +338,7 @@ def test_calibrate_needs_no_training_stack(tmp_path):
 
 def test_section_round_trips(calibrated):
     m = json.loads((calibrated / SCHEMA_FILE).read_text())
-    assert m["schema_version"] == 4
+    assert m["schema_version"] == FORMAT_VERSION
     cal = Calibration.from_section(m["calibration"])
     assert cal.to_section() == m["calibration"]
     assert all(BOUNDS["itl"][k][0] <= v <= BOUNDS["itl"][k][1] for k, v in cal.targets["itl"].gpu[GPU].items())

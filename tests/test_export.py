@@ -8,6 +8,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
+from wattgpu import bundle
 from wattgpu.predictor import Predictor
 from wattgpu_export import onnx_export
 from wattgpu_train.dataset import build_dataset
@@ -50,7 +51,8 @@ def test_packaged_onnx_metadata_carries_schema_facts() -> None:
     for target, m in schema["models"].items():
         meta = ort.InferenceSession(str(MODELS / m["file"]), providers=["CPUExecutionProvider"]
                                     ).get_modelmeta().custom_metadata_map
-        assert meta["wattgpu.schema_version"] == str(schema["schema_version"])
+        # a manifest-only rewrite (sync-catalog, calibrate, fit-ttft) keeps the model files of an earlier format
+        assert meta["wattgpu.schema_version"] in bundle.ONNX_FORMATS[schema["schema_version"]]
         assert json.loads(meta["wattgpu.producer"]) == schema["producer"]
         assert json.loads(meta["wattgpu.training"]) == schema["training"]["targets"][target]
 

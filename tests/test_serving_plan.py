@@ -74,7 +74,8 @@ def test_ttft_unbounded_when_overloaded_and_json_keys(pred: Predictor) -> None:
     for k in ("ttft_s", "e2e_latency_s", "ttft_breakdown", "bound"):
         assert k in d
     assert set(d["ttft_breakdown"]) == {"prefill_s", "prefill_queue_s", "slot_wait_s", "prefill_steps", "prefill_allreduce_s",
-                                        "prefill_budget_tokens", "prefill_efficiency"}
+                                        "prefill_budget_tokens", "prefill_efficiency", "prefill_attention_s",
+                                        "ttft_excess_s", "step_s"}
     assert "prefill_roofline_s" in d["baselines"]
     json.dumps(d, allow_nan=False)  # no NaN/inf in the JSON
 

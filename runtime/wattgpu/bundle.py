@@ -34,6 +34,8 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from .calibration_format import read_section
+from .ttft_fit import NO_FIT, TtftFit
+from .ttft_fit import read_section as read_ttft_section
 from .errors import ArtifactError, ConfigFileError
 from .features import REGISTRY
 from .safeio import parse_json_bytes, read_bounded
@@ -43,8 +45,9 @@ from .targets import TARGETS, TRANSFORMS, UNITS
 if TYPE_CHECKING:
     from pathlib import Path
 
-FORMAT_VERSION = 4  # 2: the ``calibration`` section; 3: that section in physical terms, per measured GPU (issue 33);
-# 4: + each measured LLM's own share and the TTFT scale in that section (issue 39)
+FORMAT_VERSION = 5  # 2: the ``calibration`` section; 3: that section in physical terms, per measured GPU (issue 33);
+# 4: + each measured LLM's own share and the TTFT scale in that section (issue 39); 5: + the ``ttft`` section
+# (the fitted TTFT excess and its interval: wattgpu.ttft_fit, issue 38)
 SCHEMA_FILE = "feature_schema.json"  # the manifest
 PACKAGED = "wattgpu/models"
 META_PREFIX = "wattgpu."
@@ -55,9 +58,10 @@ REFIX = "re-export the models or reinstall wattgpu"
 # ---- the manifest, section by section: key -> (required?, check). Check raises on a bad value.
 MANIFEST_KEYS_V1 = ("schema_version", "recipe", "models", "catalog", "training", "intervals", "domain", "producer")
 MANIFEST_KEYS = (*MANIFEST_KEYS_V1, "calibration")
+MANIFEST_KEYS_V5 = (*MANIFEST_KEYS, "ttft")
 # The ONNX files' stamped format version each manifest version accepts: format 2 changed only the
 # manifest, so a calibrated (format-2) bundle carries the unchanged model files of a format-1 export.
-ONNX_FORMATS = {1: ("1",), 2: ("1", "2"), 3: ("1", "2", "3"), 4: ("1", "2", "3", "4")}
+ONNX_FORMATS = {1: ("1",), 2: ("1", "2"), 3: ("1", "2", "3"), 4: ("1", "2", "3", "4"), 5: ("1", "2", "3", "4", "5")}
 MODEL_KEYS = ("file", "sha256", "transform", "unit", "input_name", "features", "xgboost_params",
               "parity_max_rel_diff", "parity_rtol")
 FEATURE_KEYS = ("name", "unit", "description")
@@ -120,6 +124,7 @@ class FeatureSchema:
     intervals: Mapping[str, Any]
     domain: Mapping[str, Any]
     calibration: Mapping[str, Any] | None = None  # format 2: see wattgpu.calibration
+    ttft: TtftFit = NO_FIT  # format 5: see wattgpu.ttft_fit
 
     @property
     def format_version(self) -> int:
@@ -356,10 +361,23 @@ def _read_v4(data: Mapping[str, Any], r: _Reader) -> FeatureSchema:
     return _read_calibrated(data, r, 4)
 
 
-def _read_calibrated(data: Mapping[str, Any], r: _Reader, version: int) -> FeatureSchema:
+def _read_v5(data: Mapping[str, Any], r: _Reader) -> FeatureSchema:
+    """Format 5 = format 4 + the ``ttft`` section (null, or the fitted TTFT excess and interval: wattgpu.ttft_fit)."""
     from dataclasses import replace
 
-    schema = _read_v1(data, r, MANIFEST_KEYS)
+    schema = _read_calibrated(data, r, 4, MANIFEST_KEYS_V5)
+    try:
+        fit = read_ttft_section(data["ttft"])
+    except ValueError as exc:
+        raise r.fail("ttft", str(exc)) from None
+    return replace(schema, ttft=fit)
+
+
+def _read_calibrated(data: Mapping[str, Any], r: _Reader, version: int,
+                     keys: tuple[str, ...] = MANIFEST_KEYS) -> FeatureSchema:
+    from dataclasses import replace
+
+    schema = _read_v1(data, r, keys)
     section = data["calibration"]
     if section is not None:
         try:
@@ -370,7 +388,7 @@ def _read_calibrated(data: Mapping[str, Any], r: _Reader, version: int) -> Featu
 
 
 READERS: dict[int, Callable[[Mapping[str, Any], _Reader], FeatureSchema]] = {1: _read_v1, 2: _read_v2, 3: _read_v3,
-                                                                         4: _read_v4}
+                                                                         4: _read_v4, 5: _read_v5}
 
 
 # ---- writing: the manifest is built here, beside its reader (export adds ONNX bytes, calibrate a section)
@@ -382,7 +400,8 @@ def new_manifest(*, recipe: str, catalog_bytes: bytes, training: Mapping[str, An
             "catalog": {"file": CATALOG_RESOURCE, "sha256": sha256(catalog_bytes)},
             "training": dict(training), "intervals": dict(intervals or {}), "domain": dict(domain or {}),
             "producer": dict(producer),
-            "calibration": None}  # set only by `wattgpu calibrate` (wattgpu.calibration)
+            "calibration": None,  # set only by `wattgpu calibrate` (wattgpu.calibration)
+            "ttft": None}  # set by `wattgpu-train` once the TTFT excess is fitted (wattgpu.ttft_fit)
 
 
 def model_entry(target: str, features: Sequence[str], transform: str, params: Mapping[str, Any], parity_rtol: float,
@@ -457,7 +476,7 @@ def rewrite_bundle(base: "ModelBundle", out_dir: Path, catalog_bytes: bytes,
     schema = read_manifest(raw, base.label(SCHEMA_FILE))
     blobs = {m.file: base.read_verified(m.file, m.sha256, "(tampered, truncated or from another export); re-export")
              for m in schema.models.values()}
-    manifest: dict[str, Any] = {"calibration": None, **json.loads(raw), **dict(sections or {})}
+    manifest: dict[str, Any] = {"calibration": None, "ttft": None, **json.loads(raw), **dict(sections or {})}
     manifest["schema_version"] = FORMAT_VERSION
     manifest["catalog"] = {**manifest["catalog"], "sha256": sha256(catalog_bytes)}
     write_bundle(out_dir, manifest, blobs, catalog_bytes)
@@ -520,6 +539,11 @@ class ModelBundle:
                                        "the catalog was modified — reinstall or re-export")
                     self._schema = schema
         return self._schema
+
+    @property
+    def ttft_fit(self) -> TtftFit:
+        """The fitted TTFT excess and interval (format 5's ``ttft`` section; none before: wattgpu.ttft_fit)."""
+        return self.schema.ttft
 
     @property
     def catalog(self) -> Catalog:

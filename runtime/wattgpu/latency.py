@@ -3,8 +3,10 @@
 TTFT = slot wait + prefill queue + own prefill, each from the numbers the capacity model already has
 (request time ``W`` from :func:`capacity.request_s`, capacity ``max_qps``, the ITL grid):
 
-- **own prefill** ``prefill_s`` = max(prompt FLOPs / (matmul peak × ``PREFILL_EFFICIENCY``) + the
-  prompt's all-reduces in a TP group, prefill steps × decode-step time). A step lasts at least the row's
+- **own prefill** ``prefill_s`` = max((prompt matmul FLOPs + attention FLOPs) / (matmul peak ×
+  ``PREFILL_EFFICIENCY``) + the prompt's all-reduces in a TP group, prefill steps × decode-step time). The
+  attention FLOPs (:func:`prefill_attention_flops`, causal, sliding windows honoured) grow with the prompt's
+  square: +50 % over the weights' FLOPs for an 8B model at 32K tokens. A step lasts at least the row's
   ITL: the step that computes the first token also decodes the running batch, so TTFT ≥ one decode step. The engine prefills at most ``budget − running decodes`` prompt tokens
   per step (vLLM's chunked prefill, ``max_num_batched_tokens``: :func:`prefill_budget`), and every step
   lasts at least a decode step of the running batch (the step envelope: the slowest grid ITL at or below the
@@ -23,6 +25,12 @@ TTFT = slot wait + prefill queue + own prefill, each from the numbers the capaci
   Offline TTFT is counted from a request's admission to a batch slot (its wait in the offline queue
   depends on its position: request k waits about k / ``max_qps``).
 
+- **fitted excess** (:mod:`ttft_fit`, from the bundle's ``ttft`` section; 0 without one): decode steps of the
+  running batch between the first token's step and the client (scheduler, detokenization, streaming), plus the
+  seconds a burst benchmark adds (``workload.arrival = burst``: all clients start together). In a closed loop
+  a client spends that time away from the engine, not queueing for a slot, so the excess adds only beyond the
+  slot wait (the cycle stays clients / request rate: Little's law).
+
 Every term is non-decreasing in the offered load (qps, clients), so TTFT is too, and TTFT ≥ the compute
 roofline of the prompt. Arrays or, for the one-row scalar path (non-server rows), plain floats.
 """
@@ -34,10 +42,12 @@ from typing import Any
 import numpy as np
 
 from . import capacity, ops, parallel, physics
+from .workload import KINDS
 
 # Share of the dense tensor peak a prefill reaches: large GEMMs run at 50–70 % of peak in vLLM/TensorRT
 # kernels, attention and norms lower; a round a-priori figure, not fitted on the TTFT rows.
 PREFILL_EFFICIENCY = 0.5
+CLOSED_LOOP_CODE = float(KINDS.index("closed_loop"))  # cols["wl_kind_code"] of a closed loop
 MAX_PREFILL_RHO = 0.95  # the prefill queue's load is capped here (beyond it the chunk budget is the bottleneck)
 
 
@@ -66,15 +76,39 @@ def step_envelope_one(batch: float, grid_batch: tuple[float, ...], grid_itl: tup
     return best if math.isfinite(best) else grid_itl[0]
 
 
-def ttft(cols: Any, budget: Any, batch: Any, step_s: Any, req_rate: Any, slot_wait_s: Any) -> dict[str, Any]:
+def prefill_attention_flops(cols: Any) -> Any:
+    """Attention FLOPs of one prompt's prefill per GPU of its TP group: per layer and head, QKᵀ and PV cost
+    2 × head_dim FLOPs per (query, key) pair, and a causal prompt of L tokens has L²/2 pairs (a sliding
+    window W: W·L − W²/2 once L > W, on the model's sliding layers). Heads split over the TP group."""
+    inp = cols["wl_input_tokens"]
+    width = cols["llm_num_attention_heads"] * cols["llm_head_dim"]
+    window = ops.where(ops.isnan(cols["llm_sliding_window"]), 0.0, cols["llm_sliding_window"])
+    sliding = ops.where(ops.isnan(cols["llm_sliding_window_layers"]), 0.0, cols["llm_sliding_window_layers"])
+    sliding = ops.where(window > 0.0, ops.minimum(sliding, cols["llm_num_layers"]), 0.0)
+    full_pairs = inp * inp / 2.0
+    window_pairs = ops.where(inp > window, window * inp - window * window / 2.0, full_pairs)
+    pairs = (cols["llm_num_layers"] - sliding) * full_pairs + sliding * window_pairs
+    return 4.0 * width * pairs / cols["wl_tp"]
+
+
+def prefill_attention_s(cols: Any) -> Any:
+    """:func:`prefill_attention_flops` at the matmul peak (s), the attention part of the compute roofline."""
+    return prefill_attention_flops(cols) / (cols["compute_tflops"] * 1e12)
+
+
+def ttft(cols: Any, budget: Any, batch: Any, step_s: Any, req_rate: Any, slot_wait_s: Any,
+         excess_steps: Any = 0.0, burst_s: Any = 0.0) -> dict[str, Any]:
     """TTFT and its parts (s) of rows with decode batch ``batch``, step time ``step_s`` (the envelope, at
     least the row's ITL: the step that computes the first token also decodes the running batch), served
     request rate ``req_rate`` (req/s) and slot wait ``slot_wait_s`` (NaN = unbounded). TTFT is never
-    below one such step, nor below the prompt's compute plus, in a TP group, its all-reduces."""
+    below one such step, nor below the prompt's compute (weights and attention) plus, in a TP group, its
+    all-reduces. The fitted excess (:mod:`ttft_fit`) adds ``excess_steps`` × ``step_s`` + ``burst_s``; in a
+    closed loop only what exceeds the slot wait (``ttft_excess_s``: the client is away, not queueing)."""
     inp = cols["wl_input_tokens"]
     roofline = capacity.prefill_s(cols)
+    attention = prefill_attention_s(cols)
     comm = prefill_allreduce_s(cols)
-    compute = roofline / PREFILL_EFFICIENCY + comm
+    compute = (roofline + attention) / PREFILL_EFFICIENCY + comm
     free = ops.maximum(budget - ops.maximum(batch - 1.0, 0.0), 1.0)
     steps = -ops.floor(-(inp / free))  # ceil: whole engine steps
     own = ops.maximum(steps * step_s, compute)
@@ -83,9 +117,14 @@ def ttft(cols: Any, budget: Any, batch: Any, step_s: Any, req_rate: Any, slot_wa
     stage = ops.maximum(inp * step_s / free, roofline)
     rho = ops.minimum(req_rate * stage, MAX_PREFILL_RHO)
     queue = rho / (2.0 * (1.0 - rho)) * stage
-    return {"ttft_s": slot_wait_s + queue + own, "prefill_s": own, "prefill_queue_s": queue,
-            "slot_wait_s": slot_wait_s, "prefill_roofline_s": roofline, "prefill_steps": steps,
-            "prefill_allreduce_s": comm}
+    # a closed loop's client spends the excess away from the engine, not queueing for a slot: its cycle is
+    # clients / request rate either way (Little's law), so the excess adds only beyond the slot wait
+    excess = excess_steps * step_s + burst_s
+    closed = cols["wl_kind_code"] == CLOSED_LOOP_CODE
+    excess = ops.where(closed, ops.maximum(excess - slot_wait_s, 0.0), excess)
+    return {"ttft_s": slot_wait_s + queue + own + excess, "prefill_s": own, "prefill_queue_s": queue,
+            "slot_wait_s": slot_wait_s, "prefill_roofline_s": roofline, "prefill_attention_s": attention,
+            "prefill_steps": steps, "prefill_allreduce_s": comm, "ttft_excess_s": excess, "step_s": step_s}
 
 
 def prefill_allreduce_s(cols: Any) -> Any:

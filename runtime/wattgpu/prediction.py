@@ -65,6 +65,7 @@ class Prediction:
     allreduce_s_per_step: float = 0.0
     calibration: dict[str, Any] | None = None  # set by a `wattgpu calibrate` bundle (wattgpu.calibration)
     ttft_s: float | None = None
+    ttft_intervals: tuple[Interval, ...] = ()  # from the bundle's fitted TTFT terms (wattgpu.ttft_fit); () without
     e2e_latency_s: float | None = None
     ttft_breakdown: dict[str, Any] = field(default_factory=dict)
     bound: dict[str, Any] = field(default_factory=dict)

@@ -197,6 +197,10 @@ WORKLOAD_OPTIONS = (
     Param("itl_stat", "Which ITL statistic to predict: mean decode gap per request ((e2e - TTFT)/(tokens - 1)) or "
           "the median inter-token gap.", "choice", rule=WORKLOAD_CHOICES["itl_stat"], default=_WL.itl_stat,
           flag="--itl-stat", body=None, show_default=True),
+    Param("arrival", "How requests reach the engine in time: auto (the kind's own: server poisson, closed_loop "
+          "staggered); poisson (server); staggered (closed-loop clients out of step); burst (every client starts "
+          "together, as llmperf and aiperf do: adds the bundle's fitted burst excess to TTFT).", "choice",
+          rule=WORKLOAD_CHOICES["arrival"], default=_WL.arrival, flag="--arrival", body=None, show_default=True),
     Param("tp", "Tensor-parallel degree: GPUs of the chosen type the model is split over (rank also takes 'auto': "
           "tries 1, 2, 4, 8 per GPU type).", "group", default="1", flag="--tp", body=None, show_default=True),
 )

@@ -117,6 +117,9 @@ PREDICTION: tuple[Out, ...] = (
     Out("overloaded", "", "a server load beyond capacity", "overloaded", "boolean"),
     Out("ttft_s", "s", "mean time to first token (null when unbounded)", "TTFT", scale=1e3, human_unit="ms",
         fmt=".1f", nullable=True, table=True),
+    Out("ttft_intervals", "s", "prediction intervals of ttft_s by level ({\"80\": [low, high]}; empty without a "
+        "fitted TTFT section in the bundle)", "TTFT interval", "intervals", scale=1e3, human_unit="ms",
+        csv="interval80"),
     Out("e2e_latency_s", "s", "end-to-end latency of one request (null when unbounded)", "end-to-end latency",
         fmt=".2f", nullable=True, table=True),
     Out("ttft_breakdown", "", "the parts of ttft_s (s) and the prefill budget", "TTFT parts", "object", csv=None),

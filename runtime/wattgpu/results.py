@@ -9,7 +9,7 @@ import numpy as np
 
 from . import capacity
 from . import features as F
-from . import latency, ops, physics, record
+from . import latency, ops, physics, record, ttft_fit
 from .assemble import Evaluate, Row
 from .assemble import take as assemble_take
 from .bundle import ModelBundle
@@ -19,9 +19,10 @@ from .checks import (capacity_warnings, context_warnings, domain_warnings, inter
                      server_warnings, tp_warnings)
 from .energy import energy_figures
 from .flags import model_flags
-from .prediction import Prediction
+from .prediction import Interval, Prediction
 from .server import server_mix
 from .targets import ITL, POWER
+from .ttft_fit import NO_FIT, TtftFit
 from .workload import KINDS
 
 ROW_COLUMNS = ("fit_batch", "roofline_itl_s", "comm_s", "idle_power_w")  # the feature columns prediction() reads
@@ -74,7 +75,8 @@ def core(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.C
                                                                   cap["concurrency"][server_rows].tolist())]
     with np.errstate(divide="ignore", invalid="ignore"):
         numbers.update(latency_numbers(cols, budget, batch, numbers["itl_s"], tokens_per_s,
-                                       latency.step_envelope(batch, cap["grid_batch"], cap["grid_itl"]), wait))
+                                       latency.step_envelope(batch, cap["grid_batch"], cap["grid_itl"]), wait,
+                                       ttft_fit.of(bundle), np.array([w.burst for _, _, w in rows])))
     apply_ttft(bundle, cols, numbers)  # a calibrated bundle's TTFT scale (wattgpu.calibration)
     return numbers, mix
 
@@ -131,10 +133,12 @@ def capacities(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], col
 
 
 def latency_numbers(cols: Any, budget: Any, batch: Any, itl: Any, tokens_per_s: Any, step_s: Any,
-                    wait: Any) -> dict[str, Any]:
-    """TTFT and its parts, end-to-end latency and the decode step's roofline parts (:mod:`latency`);
+                    wait: Any, fit: TtftFit = NO_FIT, burst: Any = 0.0) -> dict[str, Any]:
+    """TTFT and its parts, end-to-end latency and the decode step's roofline parts (:mod:`latency`), with
+    the bundle's fitted TTFT excess ``fit`` (``burst``: 1 for rows whose clients start together);
     arrays, or floats for the one-row scalar path."""
-    out = latency.ttft(cols, budget, batch, ops.maximum(step_s, itl), tokens_per_s / cols["wl_output_tokens"], wait)
+    out = latency.ttft(cols, budget, batch, ops.maximum(step_s, itl), tokens_per_s / cols["wl_output_tokens"], wait,
+                       fit.excess_steps, fit.burst_seconds(burst))
     out["e2e_latency_s"] = latency.e2e_latency(out["ttft_s"], itl, cols["wl_output_tokens"])
     out["prefill_budget"] = budget
     out.update({f"step_{k}_s": v for k, v in latency.step_parts(cols, batch).items()})
@@ -236,15 +240,29 @@ def prediction(bundle: ModelBundle, i: int, row: Row, cols: F.Columns, numbers: 
         max_concurrency=max_conc, overloaded=overloaded,
         tp=wl.tp, allreduce_s_per_step=float(cols["comm_s"][i]), calibration=calibrated,
         ttft_s=_finite(numbers["ttft_s"][i]), e2e_latency_s=_finite(numbers["e2e_latency_s"][i]),
+        ttft_intervals=ttft_intervals(ttft_fit.of(bundle), _finite(numbers["ttft_s"][i]),
+                                      float(numbers["prefill_roofline_s"][i]), wl.burst),
         ttft_breakdown={"prefill_s": float(numbers["prefill_s"][i]),
                         "prefill_queue_s": float(numbers["prefill_queue_s"][i]),
                         "slot_wait_s": _finite(numbers["slot_wait_s"][i]),
                         "prefill_steps": int(numbers["prefill_steps"][i]),
                         "prefill_allreduce_s": float(numbers["prefill_allreduce_s"][i]),
+                        "prefill_attention_s": float(numbers["prefill_attention_s"][i]),
+                        "ttft_excess_s": float(numbers["ttft_excess_s"][i]),
+                        "step_s": float(numbers["step_s"][i]),
                         "prefill_budget_tokens": int(numbers["prefill_budget"][i]),
                         "prefill_efficiency": latency.PREFILL_EFFICIENCY},
         bound=latency.bound(float(numbers["step_memory_s"][i]), float(numbers["step_compute_s"][i]),
                             float(numbers["step_interconnect_s"][i])))
+
+
+def ttft_intervals(fit: TtftFit, ttft_s: float | None, floor_s: float, burst: float) -> tuple[Interval, ...]:
+    """The fitted TTFT interval around ``ttft_s`` of a row with burst share ``burst`` (never below the prompt's
+    compute roofline ``floor_s``); () without a fitted interval or a bounded TTFT."""
+    f = fit.factors(burst)
+    if f is None or ttft_s is None:
+        return ()
+    return intervals(((fit.level, *f),), ttft_s, floor=min(ttft_s, floor_s))
 
 
 def _finite(x: float) -> float | None:

@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import assemble, capacity, latency, ops, parallel, physics
+from . import assemble, capacity, latency, ops, parallel, physics, ttft_fit
 from . import features as F
 from .assemble import Row
 from .bundle import ModelBundle
@@ -130,7 +130,8 @@ def numbers_one(bundle: ModelBundle, row: Row, memo: RowMemo | None = None
         clients = c["wl_concurrency"] if c["wl_kind_code"] == CLOSED_LOOP_CODE else math.nan
         wait = latency.closed_loop_wait(clients, rate / c["wl_output_tokens"], req_s)
         numbers.update(latency_numbers(c, latency.prefill_budget(g, wl), batch, itl, rate,
-                                       latency.step_envelope_one(batch, cap.grid_batch, cap.grid_itl), wait))
+                                       latency.step_envelope_one(batch, cap.grid_batch, cap.grid_itl), wait,
+                                       ttft_fit.of(bundle), wl.burst))
         apply_ttft(bundle, c, numbers)  # a calibrated bundle's TTFT scale (wattgpu.calibration)
     except ArithmeticError:  # ZeroDivisionError, OverflowError: numpy would give inf/NaN
         return None
@@ -177,7 +178,8 @@ def _server_numbers(bundle: ModelBundle, row: Row, c: dict[str, float], learned:
                    max_concurrency=ops.maximum(c["fit_sequences"], 0.0), overloaded=overloaded)
     wait = latency.server_wait(c["wl_qps"], cap.max_qps, cap.concurrency)
     numbers.update(latency_numbers(c, latency.prefill_budget(g, wl), batch, itl, rate,
-                                   latency.step_envelope_one(batch, cap.grid_batch, cap.grid_itl), wait))
+                                   latency.step_envelope_one(batch, cap.grid_batch, cap.grid_itl), wait,
+                                       ttft_fit.of(bundle), wl.burst))
     apply_ttft(bundle, c, numbers)  # a calibrated bundle's TTFT scale (wattgpu.calibration)
     return c, numbers, mix
 

@@ -39,6 +39,12 @@ ENGINE_ERAS = ("legacy", "current")
 # Which per-sequence ITL statistic is asked for: "mean" = mean decode gap (e2e − TTFT)/(tokens − 1),
 # averaged over requests (vLLM's mean TPOT); "median" = median inter-token gap. Default: mean.
 ITL_STATS = ("mean", "median")
+# How requests reach the engine in time: "auto" = the kind's own pattern (server: poisson, closed_loop:
+# staggered, offline: all queued); "poisson" = a server's random arrivals; "staggered" = closed-loop clients out
+# of step (steady state); "burst" = a benchmark that starts every client together (llmperf, aiperf): the first
+# requests queue behind each other, which the fitted TTFT excess (wattgpu.ttft_fit) carries.
+ARRIVALS = ("auto", "poisson", "staggered", "burst")
+ARRIVAL_KINDS = {"poisson": ("server",), "staggered": ("closed_loop",), "burst": ("closed_loop",)}
 
 ENGINE_RULE = ChoiceRule(ENGINES, tuple(ENGINE_ALIASES.items()))
 KIND_RULE = ChoiceRule(KINDS, tuple((k, k) for k in KINDS) + (("closed-loop", "closed_loop"),))
@@ -62,7 +68,8 @@ WORKLOAD_NUMBERS: dict[str, NumberRule] = {
 WORKLOAD_CHOICES: dict[str, ChoiceRule] = {"kind": KIND_RULE, "engine": ENGINE_RULE,
                                            "kv_cache_dtype": ChoiceRule(KV_CACHE_DTYPES),
                                            "engine_era": ChoiceRule(ENGINE_ERAS),
-                                           "itl_stat": ChoiceRule(ITL_STATS)}
+                                           "itl_stat": ChoiceRule(ITL_STATS),
+                                           "arrival": ChoiceRule(ARRIVALS)}
 
 
 def canonical_engine(name: str) -> str:
@@ -105,6 +112,7 @@ class Workload:
     engine_era: str = "current"
     itl_stat: str = "mean"
     tp: int = 1
+    arrival: str = "auto"
 
     def __post_init__(self) -> None:
         for name, choice in WORKLOAD_CHOICES.items():
@@ -118,12 +126,28 @@ class Workload:
             raise SpecValidationError("workload", "qps", self.qps, "no arrival rate unless the workload kind is 'server'")
         if self.kind == "closed_loop" and self.concurrency is None:
             raise SpecValidationError("workload", "concurrency", None, "the number of concurrent clients for a closed_loop workload")
+        if self.arrival in ARRIVAL_KINDS and self.kind not in ARRIVAL_KINDS[self.arrival]:
+            fits = [a for a, kinds in ARRIVAL_KINDS.items() if self.kind in kinds]
+            expected = (f"'auto', or an arrival pattern of the kind '{self.kind}': {', '.join(fits)}" if fits
+                        else "'auto' (an offline workload queues every request at once)")
+            raise SpecValidationError("workload", "arrival", self.arrival, expected)
         if self.kind != "server" and self.concurrency is not None and self.concurrency < 1:
             # a busy engine decodes at least one sequence; only a server's time-averaged concurrency
             # (arrival rate × time in system, Little's law) can be below 1
             raise SpecValidationError("workload", "concurrency", self.concurrency,
                                       f"at least 1 sequence when the workload kind is '{self.kind}' (values below 1 "
                                       "are only a server's mean concurrency)")
+
+    @property
+    def burst(self) -> float:
+        """Share of the requests in a burst's first wave (the TTFT excess's weight): with ``arrival = burst``
+        every client starts together, so the first ``concurrency`` of ``num_requests`` requests (all of them
+        when ``num_requests`` is not given: one wave) arrive at once; 0.0 for other arrival patterns."""
+        if self.arrival != "burst":
+            return 0.0
+        if self.num_requests is None or self.concurrency is None:
+            return 1.0
+        return min(1.0, self.concurrency / self.num_requests)
 
     @property
     def context_tokens(self) -> int:

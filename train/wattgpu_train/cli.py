@@ -118,6 +118,31 @@ def fit_cmd(data_dir: Path, watt_counts: Path | None, specs: Path, recipe: str, 
     schema = _pipeline().export(result, out)
     for m in schema["models"].values():
         click.echo(f"exported {out / m['file']} (parity max rel diff {m['parity_max_rel_diff']:.2g})")
+    _fit_ttft(out, data)
+
+
+def _fit_ttft(models: Path, data: Any) -> None:
+    """Fit the bundle's ``ttft`` section (wattgpu.ttft_fit) on the measured TTFT rows and report it."""
+    from .ttft import install
+
+    try:
+        fit = install(models, data.records, data.catalog)
+    except ValueError as exc:
+        click.echo(f"no ttft section: {exc}", err=True)
+        return
+    click.echo(f"ttft section in {models}: excess {fit.excess_steps:.2f} decode steps, burst {fit.burst_s:.3f} s, "
+               f"80 % interval factors {fit.interval}, burst arrivals {fit.burst_interval} ({fit.rows} rows)")
+
+
+@main.command("fit-ttft")
+@click.option("--models", type=click.Path(path_type=Path, exists=True, file_okay=False), required=True,
+              help="Bundle directory to add the fitted TTFT section to (format 5; model files unchanged).")
+@click.option("--data-dir", type=click.Path(path_type=Path, exists=True), default=DEFAULT_DATA, show_default=True)
+@click.option("--specs", type=click.Path(path_type=Path, exists=True), default=DEFAULT_SPECS, show_default=True)
+def fit_ttft_cmd(models: Path, data_dir: Path, specs: Path) -> None:
+    """Fit the TTFT excess and 80 % interval on the measured TTFT rows with --models' step times, and write them
+    into that bundle's manifest (no refit of the power or ITL models)."""
+    _fit_ttft(models, _pipeline().load(data_dir, specs))
 
 @main.command("evaluate")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), callback=_out_dir, default=Path("reports"), show_default=True)
@@ -157,6 +182,10 @@ def evaluate_cmd(out: Path, data_dir: Path, specs: Path, quick: bool, jobs: int,
                 row = ", ".join(f"{k} {v['mdape']:.1f} %" for k, v in tp[split].items()
                                 if isinstance(v, dict) and v.get("mdape") is not None)
                 click.echo(f"{target} TP rows ({tp['rows']}) {split.upper()} MdAPE: {row}")
+    from .ttft import summary_lines as ttft_summary
+
+    for line in ttft_summary(result.get("ttft", {})):
+        click.echo(line)
     click.echo(f"wrote {j} and {m} in {elapsed:.0f} s")
     _kshot(out, _pipeline().load(data_dir, specs), quick, jobs)
 
@@ -164,6 +193,7 @@ def evaluate_cmd(out: Path, data_dir: Path, specs: Path, quick: bool, jobs: int,
 def _ttft(out: Path, data: Any) -> None:
     """Score TTFT (physics vs prefill roofline), store it under accuracy.json's 'ttft' key, rewrite accuracy.md."""
     from .report import evaluate_markdown
+    from .ttft import summary_lines as ttft_summary
     from .ttft import ttft_scores
 
     result = ttft_scores(data.records, data.catalog)
@@ -175,16 +205,8 @@ def _ttft(out: Path, data: Any) -> None:
         _write(out, "accuracy.md", evaluate_markdown(whole))
     else:
         _write(out, "ttft.json", json.dumps(result, indent=1, ensure_ascii=False) + "\n")
-    if result.get("rows"):
-        p, r = result["pooled"]["physics"], result["pooled"]["prefill_roofline"]
-        click.echo(f"TTFT ({result['rows']} rows): physics MdAPE {p['mdape']:.1f} % (bias {p['bias_pct']:+.1f} %), "
-                   f"prefill roofline MdAPE {r['mdape']:.1f} % (bias {r['bias_pct']:+.1f} %); "
-                   f"target {'met' if result['target']['met'] else 'missed'}")
-        for g, v in result["per_gpu"].items():
-            click.echo(f"  {g}: n={v['physics']['rows']} physics {v['physics']['mdape']:.1f} %, "
-                       f"roofline {v['prefill_roofline']['mdape']:.1f} %")
-    else:
-        click.echo("TTFT: no measured row records a TTFT")
+    for line in ttft_summary(result):
+        click.echo(line)
 
 
 def _kshot(out: Path, data: Any, quick: bool, jobs: int) -> None:

@@ -71,9 +71,9 @@ def parse_tp(text: str) -> int:
 
 def make_workload(kind: str | None, max_batch: int, qps: float | None, concurrency: float | None, input_tokens: int,
                   output_tokens: int, engine: str, gpu_memory_utilization: float, kv_cache_dtype: str = "auto",
-                  engine_era: str = "current", itl_stat: str = "mean", tp: str = "1") -> Workload:
+                  engine_era: str = "current", itl_stat: str = "mean", tp: str = "1", arrival: str = "auto") -> Workload:
     """The Workload of the workload options (the kind: :func:`wattgpu.questions.default_kind`)."""
     return Workload(kind=Q.default_kind({"kind": kind, "qps": qps}), max_batch=max_batch, qps=qps,
                     concurrency=concurrency, input_tokens=input_tokens, output_tokens=output_tokens, engine=engine,
                     gpu_memory_utilization=gpu_memory_utilization, kv_cache_dtype=kv_cache_dtype,
-                    engine_era=engine_era, itl_stat=itl_stat, tp=parse_tp(tp))
+                    engine_era=engine_era, itl_stat=itl_stat, tp=parse_tp(tp), arrival=arrival)

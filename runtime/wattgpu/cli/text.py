@@ -23,7 +23,11 @@ def ttft_text(p: dict[str, Any]) -> str:
         parts += f", behind other prompts {dur(b['prefill_queue_s'])}"
     if b["slot_wait_s"] and b["slot_wait_s"] >= 5e-5:
         parts += f", waiting for a batch slot {dur(b['slot_wait_s'])}"
-    return f"{dur(p['ttft_s'])} ({parts}; compute roofline {dur(p['baselines']['prefill_roofline_s'])})"
+    if b.get("ttft_excess_s", 0.0) >= 5e-5:
+        parts += f", engine and client excess {dur(b['ttft_excess_s'])} (fitted)"
+    iv = (p.get("ttft_intervals") or {}).get("80")
+    span = f"; 80 % interval {dur(iv[0])}–{dur(iv[1])}" if iv else ""
+    return f"{dur(p['ttft_s'])} ({parts}; compute roofline {dur(p['baselines']['prefill_roofline_s'])}{span})"
 
 
 def bound_text(b: dict[str, Any]) -> str:

@@ -12,7 +12,7 @@ import pandas as pd
 import itertools
 import math
 
-from wattgpu.calibration import CARRY_CAP, CARRY_SCATTER, GPU_SHARE, TTFT, Runs, fit, gap_closed
+from wattgpu.calibration import CARRY_CAP, GPU_SHARE, TTFT, Runs, fit, gap_closed
 from wattgpu.specs import Catalog
 from wattgpu.targets import TARGETS
 
@@ -45,29 +45,18 @@ SCORED = ("all", "same_source", "other_llms")
 GPU_SHARE_GRID = (0.1, 0.2, 0.3, 0.5, 0.7, 0.85, 0.95)
 # CARRY_CAP values tried with each share (inf: no cap); a setting is (GPU share, carry cap)
 CARRY_CAP_GRID = (0.05, 0.1, 0.2, math.inf)
-# CARRY_SCATTER values tried (inf: no gate); a setting is (GPU share, carry cap, carry scatter)
-CARRY_SCATTER_GRID = (0.03, 0.06, 0.12, math.inf)
-Setting = tuple[float, float, float]
-
-
-def _finite(x: float | None) -> float | None:
-    return x if x is not None and math.isfinite(x) else None
-
-
-def _inf(x: float | None) -> float:
-    return math.inf if x is None else float(x)
+Setting = tuple[float, float]
 
 
 def setting_label(s: Any) -> str:
-    """e.g. "0.5 cap 0.1", "0.7 scatter 0.06", "0.7" (no cap, no gate)."""
-    share, cap, scatter = s
-    return (f"{share:g}" + ("" if _finite(cap) is None else f" cap {cap:g}")
-            + ("" if _finite(scatter) is None else f" scatter {scatter:g}"))
+    """e.g. "0.5 cap 0.1", "0.7" (no cap)."""
+    share, cap = s
+    return f"{share:g}" if cap is None or not math.isfinite(cap) else f"{share:g} cap {cap:g}"
 
 
 def runtime_settings() -> dict[str, Setting]:
-    """quantity → the runtime's (GPU_SHARE, CARRY_CAP, CARRY_SCATTER) setting."""
-    return {t: (GPU_SHARE[t], _inf(CARRY_CAP[t]), _inf(CARRY_SCATTER[t])) for t in GPU_SHARE}
+    """quantity → the runtime's (GPU_SHARE, CARRY_CAP) setting."""
+    return {t: (GPU_SHARE[t], math.inf if CARRY_CAP[t] is None else float(CARRY_CAP[t])) for t in GPU_SHARE}
 
 
 def calibration_rows(records: pd.DataFrame, idx: np.ndarray, k: int) -> np.ndarray:
@@ -113,10 +102,9 @@ def group_scores(ds: Dataset, target: str, pred: np.ndarray, idx: np.ndarray, ks
         cal_rows = calibration_rows(ds.records, idx, k)
         rest = np.setdiff1d(idx, cal_rows)
         runs = runs_of(ds, target, pred, cal_rows, y)
-        share, cap, scatter = (None, None, None) if setting is None else setting
-        caps = None if setting is None else {q: _finite(cap) for q in CARRY_CAP}
-        gates = None if setting is None else {q: _finite(scatter) for q in CARRY_SCATTER}
-        cal = fit(runs, gpu_share=share, apply_to_other_gpus=other_gpus, carry_cap=caps, carry_scatter=gates)
+        share, cap = (None, None) if setting is None else setting
+        caps = None if cap is None else {q: (cap if math.isfinite(cap) else None) for q in CARRY_CAP}
+        cal = fit(runs, gpu_share=share, apply_to_other_gpus=other_gpus, carry_cap=caps)
         fixed = _corrected(cal, target, pred[rest], {c: v[rest] for c, v in ds.cols.items()})
         f = cal.targets.get(target)
         closed = gap_closed(runs, cal).get(target, np.array([]))
@@ -175,8 +163,7 @@ def nested(per_share: dict[Setting, dict[str, dict[str, Any]]], ks: tuple[int, .
 def kshot(records: pd.DataFrame, catalog: Catalog, recipe: Recipe = DEFAULT, ks: tuple[int, ...] = KS, n_jobs: int = 2,
           preds: dict[str, dict[str, np.ndarray]] | None = None,
           log: Callable[[str], None] | None = None, share_grid: tuple[float, ...] = GPU_SHARE_GRID,
-          cap_grid: tuple[float, ...] = CARRY_CAP_GRID, scatter_grid: tuple[float, ...] = CARRY_SCATTER_GRID
-          ) -> dict[str, Any]:
+          cap_grid: tuple[float, ...] = CARRY_CAP_GRID) -> dict[str, Any]:
     """The k-shot scoreboard (JSON-ready); ``preds[target][split]``: out-of-fold predictions to reuse, …"""
     log = log or (lambda s: None)
     t0 = time.perf_counter()
@@ -206,7 +193,7 @@ def kshot(records: pd.DataFrame, catalog: Catalog, recipe: Recipe = DEFAULT, ks:
 
     grid: dict[str, Any] = {}
     per_split: dict[str, dict[Setting, dict[str, dict[str, Any]]]] = {s: {} for s in KSHOT_SPLITS}
-    for share in sorted(set(itertools.product(share_grid, cap_grid, scatter_grid)) | set(runtime_settings().values())):
+    for share in sorted(set(itertools.product(share_grid, cap_grid)) | set(runtime_settings().values())):
         log(f"k-shot: scoring GPU share {setting_label(share)}")
         for split, col in KSHOT_SPLITS.items():
             per_split[split][share] = {}

@@ -30,9 +30,6 @@ QUANTITIES = (*TARGETS, TTFT)  # what a calibration corrects: the model outputs,
 TAU = {POWER: {"offset": 1.0, "slope": 0.5}, ITL: {"overhead": 0.5, "bandwidth": 0.3}, TTFT: {"scale": 0.7, "slope": 0.25}}
 GPU_SHARE = {POWER: 0.1, ITL: 0.7, TTFT: 0.3}  # picked by the k-shot rule on all LOGO groups (kshot.GPU_SHARE_GRID)
 SIGMA0 = {POWER: 0.13, ITL: 0.16, TTFT: 0.3}
-# CARRY_CAP: the most (in the level parameter's units) of a GPU's level term that carries to its unmeasured LLMs;
-# the rest stays with the measured LLMs' own shares, so their predictions do not change. None: no cap.
-CARRY_CAP: dict[str, float | None] = {POWER: None, ITL: None, TTFT: None}
 NU0 = 3.0  # prior weight (pseudo-runs) of the bundle's interval width
 NU_SIGMA = 1.0  # prior weight (pseudo-runs) of σ₀ in σ: runs that agree bring σ (and so the shrinkage) down
 U_EPS = 1e-6
@@ -413,8 +410,7 @@ class Fitted:
 
 
 def fit_params(target: str, names: Sequence[str], y: np.ndarray, value: Callable[[dict[str, Any]], np.ndarray],
-               gpu_share: float | None = None, iters: int = 25, clusters: Sequence[str] | None = None,
-               carry_cap: float | None = None) -> Fitted:
+               gpu_share: float | None = None, iters: int = 25, clusters: Sequence[str] | None = None) -> Fitted:
     """MAP parameters ``names`` (the others 0) of runs ``y`` whose calibrated prediction is …"""
     n = len(y)
     if n == 0 or not names:
@@ -465,10 +461,6 @@ def fit_params(target: str, names: Sequence[str], y: np.ndarray, value: Callable
         if n_cl >= 2:  # LLMs whose levels disagree: each keeps more of its own, less carries to the GPU
             shares = theta[k:]
             tau[k:] = math.sqrt((NU_SIGMA * tau_llm ** 2 + float(np.sum(shares ** 2))) / (NU_SIGMA + n_cl))
-    if n_cl and carry_cap is not None:  # the level beyond the cap stays with the measured LLMs (their totals kept)
-        total = np.clip(theta[0] + theta[k:], lo0, hi0)
-        theta[0] = float(np.clip(theta[0], -carry_cap, carry_cap))
-        theta[k:] = total - theta[0]
     gpu = {p: _round6(v) for p, v in zip(names, theta[:k].tolist())}
     llm = {m: {names[0]: _round6(float(np.clip(theta[0] + theta[k + j], lo0, hi0)) - gpu[names[0]])}
            for j, m in enumerate(uniq)}
@@ -538,8 +530,7 @@ def interval_scales(gpus: Sequence[str], measured: np.ndarray, calibrated: np.nd
 
 
 def fit(runs: Runs, factors_80: Mapping[str, float] | None = None, apply_to_other_gpus: bool = False,
-        gpu_share: float | None = None, check: bool = True, quantities: Sequence[str] = QUANTITIES,
-        carry_cap: Mapping[str, float | None] | None = None) -> Calibration:
+        gpu_share: float | None = None, check: bool = True, quantities: Sequence[str] = QUANTITIES) -> Calibration:
     """The calibration of ``runs`` (``factors_80``: target → the bundle's 80 % log half-width; …"""
     g_arr = np.asarray(runs.gpus, dtype=object)
     lnb = np.log(np.maximum(np.asarray(runs.cols["eff_batch"], float), 1.0))
@@ -593,9 +584,7 @@ def fit(runs: Runs, factors_80: Mapping[str, float] | None = None, apply_to_othe
             else:
                 kept = PARAMS[t]
             all_rows = np.arange(idx.size)
-            cap = (CARRY_CAP if carry_cap is None else carry_cap).get(t)
-            fitted = fit_params(t, kept, y[idx], partial(_at_rows, value, all_rows), gpu_share, clusters=llms_here,
-                                carry_cap=cap)
+            fitted = fit_params(t, kept, y[idx], partial(_at_rows, value, all_rows), gpu_share, clusters=llms_here)
             per_gpu[name] = fitted.gpu
             if fitted.llm:
                 per_llm[name] = fitted.llm
@@ -614,8 +603,7 @@ def fit(runs: Runs, factors_80: Mapping[str, float] | None = None, apply_to_othe
                                loro, per_llm)
     return Calibration(runs=len(runs.gpus), gpus=gpus, targets=targets, apply_to_other_gpus=apply_to_other_gpus,
                        llms=llms, priors={"tau": TAU, "sigma0": SIGMA0, "nu0": NU0, "nu_sigma": NU_SIGMA,
-                                         "gpu_share": GPU_SHARE if gpu_share is None else gpu_share,
-                                         "carry_cap": dict(CARRY_CAP if carry_cap is None else carry_cap)})
+                                         "gpu_share": GPU_SHARE if gpu_share is None else gpu_share})
 
 
 def gap_closed(runs: Runs, cal: Calibration) -> dict[str, np.ndarray]:

@@ -9,10 +9,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-import itertools
-import math
-
-from wattgpu.calibration import CARRY_CAP, GPU_SHARE, TTFT, Runs, fit, gap_closed
+from wattgpu.calibration import GPU_SHARE, TTFT, Runs, fit, gap_closed
 from wattgpu.specs import Catalog
 from wattgpu.targets import TARGETS
 
@@ -43,20 +40,6 @@ RULE = ("the held-out group's LLM with the most single-GPU rows (ties: name), it
 SCORED = ("all", "same_source", "other_llms")
 # GPU_SHARE values tried; each held-out group is scored at the value the rule picks on the other groups
 GPU_SHARE_GRID = (0.1, 0.2, 0.3, 0.5, 0.7, 0.85, 0.95)
-# CARRY_CAP values tried with each share (inf: no cap); a setting is (GPU share, carry cap)
-CARRY_CAP_GRID = (0.05, 0.1, 0.2, math.inf)
-Setting = tuple[float, float]
-
-
-def setting_label(s: Any) -> str:
-    """e.g. "0.5 cap 0.1", "0.7" (no cap)."""
-    share, cap = s
-    return f"{share:g}" if cap is None or not math.isfinite(cap) else f"{share:g} cap {cap:g}"
-
-
-def runtime_settings() -> dict[str, Setting]:
-    """quantity → the runtime's (GPU_SHARE, CARRY_CAP) setting."""
-    return {t: (GPU_SHARE[t], math.inf if CARRY_CAP[t] is None else float(CARRY_CAP[t])) for t in GPU_SHARE}
 
 
 def calibration_rows(records: pd.DataFrame, idx: np.ndarray, k: int) -> np.ndarray:
@@ -92,7 +75,7 @@ def _corrected(cal: Any, target: str, pred: np.ndarray, cols: dict[str, np.ndarr
 
 
 def group_scores(ds: Dataset, target: str, pred: np.ndarray, idx: np.ndarray, ks: tuple[int, ...],
-                 setting: Setting | None = None, other_gpus: bool = False, y: np.ndarray | None = None) -> dict[str, Any]:
+                 gpu_share: float | None = None, other_gpus: bool = False, y: np.ndarray | None = None) -> dict[str, Any]:
     """Before/after MdAPE on group ``idx``'s rows outside each k's calibration rows: all of them …"""
     y = ds.y_physical(target) if y is None else y
     source = ds.records["source"].to_numpy(dtype=object)
@@ -102,9 +85,7 @@ def group_scores(ds: Dataset, target: str, pred: np.ndarray, idx: np.ndarray, ks
         cal_rows = calibration_rows(ds.records, idx, k)
         rest = np.setdiff1d(idx, cal_rows)
         runs = runs_of(ds, target, pred, cal_rows, y)
-        share, cap = (None, None) if setting is None else setting
-        caps = None if cap is None else {q: (cap if math.isfinite(cap) else None) for q in CARRY_CAP}
-        cal = fit(runs, gpu_share=share, apply_to_other_gpus=other_gpus, carry_cap=caps)
+        cal = fit(runs, gpu_share=gpu_share, apply_to_other_gpus=other_gpus)
         fixed = _corrected(cal, target, pred[rest], {c: v[rest] for c, v in ds.cols.items()})
         f = cal.targets.get(target)
         closed = gap_closed(runs, cal).get(target, np.array([]))
@@ -142,16 +123,16 @@ def selection_score(groups: list[dict[str, Any]], ks: tuple[int, ...]) -> tuple[
     return worse, float(np.mean(logs)) if logs else 0.0
 
 
-def nested(per_share: dict[Setting, dict[str, dict[str, Any]]], ks: tuple[int, ...]
-           ) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Setting]]]:
+def nested(per_share: dict[float, dict[str, dict[str, Any]]], ks: tuple[int, ...]
+           ) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, float]]]:
     """Per quantity and held-out group, its scores at the GPU share the rule picks on the split's other …"""
     shares = sorted(per_share)
     out: dict[str, dict[str, Any]] = {}
-    used: dict[str, dict[str, Setting]] = {}
+    used: dict[str, dict[str, float]] = {}
     for t in per_share[shares[0]]:
         out[t], used[t] = {}, {}
         for g in sorted(per_share[shares[0]][t]):
-            def score(sh: Setting) -> tuple[int, float]:
+            def score(sh: float) -> tuple[int, float]:
                 return selection_score([{t: {n: e for n, e in per_share[sh][t].items() if n != g}}], ks)
 
             pick = min(shares, key=lambda sh: (score(sh), sh))
@@ -162,8 +143,7 @@ def nested(per_share: dict[Setting, dict[str, dict[str, Any]]], ks: tuple[int, .
 
 def kshot(records: pd.DataFrame, catalog: Catalog, recipe: Recipe = DEFAULT, ks: tuple[int, ...] = KS, n_jobs: int = 2,
           preds: dict[str, dict[str, np.ndarray]] | None = None,
-          log: Callable[[str], None] | None = None, share_grid: tuple[float, ...] = GPU_SHARE_GRID,
-          cap_grid: tuple[float, ...] = CARRY_CAP_GRID) -> dict[str, Any]:
+          log: Callable[[str], None] | None = None, share_grid: tuple[float, ...] = GPU_SHARE_GRID) -> dict[str, Any]:
     """The k-shot scoreboard (JSON-ready); ``preds[target][split]``: out-of-fold predictions to reuse, …"""
     log = log or (lambda s: None)
     t0 = time.perf_counter()
@@ -171,7 +151,7 @@ def kshot(records: pd.DataFrame, catalog: Catalog, recipe: Recipe = DEFAULT, ks:
                            "target_scored": TARGET_SCORED,
                            "predictions": "reused from the full evaluate (nested selection)" if preds else
                            f"out-of-fold, {recipe.name if hasattr(recipe, 'name') else 'default'} recipe's first "
-                           "candidate per target (no nested selection)", "gpu_share": {t: setting_label(v) for t, v in runtime_settings().items()}}
+                           "candidate per target (no nested selection)", "gpu_share": GPU_SHARE}
     data: dict[str, tuple[Dataset, dict[str, np.ndarray], np.ndarray]] = {}
     for target in TARGETS:
         full = build_dataset(records, catalog, target)
@@ -192,9 +172,9 @@ def kshot(records: pd.DataFrame, catalog: Catalog, recipe: Recipe = DEFAULT, ks:
     out["fit_s"] = round(time.perf_counter() - t0, 1)
 
     grid: dict[str, Any] = {}
-    per_split: dict[str, dict[Setting, dict[str, dict[str, Any]]]] = {s: {} for s in KSHOT_SPLITS}
-    for share in sorted(set(itertools.product(share_grid, cap_grid)) | set(runtime_settings().values())):
-        log(f"k-shot: scoring GPU share {setting_label(share)}")
+    per_split: dict[str, dict[float, dict[str, dict[str, Any]]]] = {s: {} for s in KSHOT_SPLITS}
+    for share in sorted(set(share_grid) | set(GPU_SHARE.values())):
+        log(f"k-shot: scoring GPU share {share:g}")
         for split, col in KSHOT_SPLITS.items():
             per_split[split][share] = {}
             for target, (ds, by_split, y) in data.items():
@@ -205,21 +185,21 @@ def kshot(records: pd.DataFrame, catalog: Catalog, recipe: Recipe = DEFAULT, ks:
                     if len(idx) >= 2:
                         groups[str(g)] = group_scores(ds, target, pred, idx, ks, share, other_gpus=split == "loso", y=y)
                 per_split[split][share][target] = groups
-        grid[setting_label(share)] = {f"{split} {target} k={k}": {
+        grid[f"{share:g}"] = {f"{split} {target} k={k}": {
             "mdape_after": summarize(per_split[split][share][target], ks)[TARGET_SCORED[split]][str(k)]["mdape_after"],
             "groups_worse": len(summarize(per_split[split][share][target], ks)[TARGET_SCORED[split]][str(k)]["groups_worse"])}
             for target in data for split in KSHOT_SPLITS for k in ks}
-        grid[setting_label(share)]["selection"] = {split: list(selection_score([per_split[split][share]], ks))
+        grid[f"{share:g}"]["selection"] = {split: list(selection_score([per_split[split][share]], ks))
                                            for split in KSHOT_SPLITS}
     out["share_grid"] = grid
     out["gpu_share_rule_pick"] = {}  # the runtime's GPU_SHARE: the rule on all LOGO groups, per quantity
     for target in data:
         logo_all = {sh: selection_score([{target: per_split["logo"][sh][target]}], ks) for sh in per_split["logo"]}
-        out["gpu_share_rule_pick"][target] = setting_label(min(logo_all, key=lambda sh: (logo_all[sh], sh)))
+        out["gpu_share_rule_pick"][target] = min(logo_all, key=lambda sh: (logo_all[sh], sh))
     out["share_used"] = {}
     for split in KSHOT_SPLITS:
         chosen, used = nested(per_split[split], ks)
-        out["share_used"][split] = {t: {g: setting_label(v) for g, v in u.items()} for t, u in used.items()}
+        out["share_used"][split] = used
         for target in data:
             out.setdefault(target, {})[split] = {"groups": chosen[target], "summary": summarize(chosen[target], ks)}
     out["runtime_s"] = round(time.perf_counter() - t0, 1)
@@ -308,8 +288,8 @@ def markdown(r: dict[str, Any]) -> str:
               "**GPU share, chosen inside the training folds**: each group is scored at the grid value with the fewest "
               "(group, k) cells made worse on other LLMs' rows among the split's OTHER groups (ties: mean log ratio "
               "after/before), per quantity. Runtime `GPU_SHARE`: "
-              + ", ".join(f"{t} {v}" for t, v in r["gpu_share"].items()) + "; the rule on all LOGO groups: "
-              + ", ".join(f"{t} {v}" for t, v in r["gpu_share_rule_pick"].items()) + ".", "",
+              + ", ".join(f"{t} {v:g}" for t, v in r["gpu_share"].items()) + "; the rule on all LOGO groups: "
+              + ", ".join(f"{t} {v:g}" for t, v in r["gpu_share_rule_pick"].items()) + ".", "",
               "| GPU share | LOGO cells worse | LOSO cells worse | LOGO power k=3 (other LLMs) | LOGO ITL k=3 (other LLMs) | "
               "LOSO power k=3 | LOSO ITL k=3 |", "|---|---|---|---|---|---|---|"]
     for sh, cells in r["share_grid"].items():
@@ -320,7 +300,7 @@ def markdown(r: dict[str, Any]) -> str:
     lines += ["", "Share used per held-out group (nested):", ""]
     for sp, by_t in r["share_used"].items():
         for t, used in by_t.items():
-            lines.append(f"- {sp.upper()} {t}: " + ", ".join(f"{g} {v}" for g, v in used.items()))
+            lines.append(f"- {sp.upper()} {t}: " + ", ".join(f"{g} {v:g}" for g, v in used.items()))
     lines += [""]
     lines += ["| split | quantity | scored | k | groups | rows | MdAPE uncalibrated | MdAPE calibrated | target (k=3) | met | "
               "oracle level | median of groups (before → after) | runs' gap closed (median) | groups worse |",

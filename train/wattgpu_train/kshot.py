@@ -34,6 +34,10 @@ HISTORY = (  # earlier designs, scored on the same data and rule (k = 3); design
     "Design 5b: GPU share per quantity (0.1–0.95): power → 14.0 %, ITL → 13.7 %; B200, RTX 5070 Ti worse.",
     "Design 5c (current): 5b + τ slope 0.5, σ weight 1, TTFT slope, τ_llm from the LLMs' disagreement: the table "
     "below; both targets missed, below even the oracle level.",
+    "Design 6a (round 3, reverted): 5c + a cap on the GPU level carried to unmeasured LLMs, nested with the share: "
+    "power 13.9 %, ITL 14.0 %. Design 6b (analysis): the LLM's own offset from its residuals on other GPUs makes 5 "
+    "of 8 groups worse (power). Design 6c (reverted): the carry scaled down by the runs' spread, nested: power "
+    "13.8 %, ITL 14.0 %, LOSO ITL 37.8 → 34.5 %. reports/calibration_experiments.md.",
 )
 RULE = ("the held-out group's LLM with the most single-GPU rows (ties: name), its rows in row_id order, the first "
         "k; scored on every other single-GPU row of the group (all) and on its other LLMs' rows (other LLMs)")

@@ -1,0 +1,112 @@
+"""``rank --parallel auto``: per GPU type, the layout TP × EP × DP × PP on up to N nodes with the least energy per
+token that holds the model and meets the ITL limit, from the roofline figures of :mod:`wattgpu.layout`."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from . import layout as L
+
+
+@dataclass(frozen=True)
+class LayoutChoice:
+    """The chosen layout of one GPU type and its figures (``batch``: running sequences over all DP ranks)."""
+
+    gpu: str
+    estimate: L.Estimate
+    sequences: int
+
+    @property
+    def layout(self) -> L.Layout:
+        return self.estimate.layout
+
+    @property
+    def j_per_token(self) -> float:
+        """Energy per output token of all the layout's GPUs."""
+        return self.estimate.power_w / self.estimate.tokens_per_s
+
+
+def best_layouts(gpus: Iterable[Any], llm: Any, max_batch: int, input_tokens: int, output_tokens: int,
+                 max_nodes: int = 4, interconnect: str = L.DEFAULT_INTERCONNECT, gpu_memory_utilization: float = 0.9,
+                 kv_cache_dtype: str = "auto", max_itl_ms: float | None = None) -> tuple[list[LayoutChoice], list[tuple[str, str]]]:
+    """(choices sorted by J/token, [(GPU, why none fits)]): the fewest-energy valid layout per GPU type. A layout
+    runs min(``max_batch`` per DP rank × dp, the sequences its KV cache holds) sequences."""
+    context = input_tokens + output_tokens
+    chosen: list[LayoutChoice] = []
+    excluded: list[tuple[str, str]] = []
+    for gpu in gpus:
+        best: LayoutChoice | None = None
+        fits_any = False
+        for lay in L.candidate_layouts(gpu, llm, max_nodes=max_nodes, interconnect=interconnect):
+            f = L.fit(gpu, llm, lay, context, gpu_memory_utilization, kv_cache_dtype)
+            if not f.fits:
+                continue
+            fits_any = True
+            batch = min(max_batch * lay.dp, f.sequences)
+            e = L.estimate(gpu, llm, lay, batch, input_tokens, output_tokens, kv_cache_dtype=kv_cache_dtype)
+            if max_itl_ms is not None and e.itl_s * 1e3 > max_itl_ms:
+                continue
+            c = LayoutChoice(gpu.name, e, f.sequences)
+            if best is None or (c.j_per_token, lay.gpus) < (best.j_per_token, best.layout.gpus):
+                best = c
+        if best is not None:
+            chosen.append(best)
+        else:
+            excluded.append((gpu.name, "no layout meets the ITL limit" if fits_any else
+                             f"does not fit on up to {max_nodes} node(s) of {min(8, gpu.max_group or 1)}"
+                             if gpu.max_group else "no interconnect facts: single GPU only, and it does not fit"))
+    chosen.sort(key=lambda c: (c.j_per_token if math.isfinite(c.j_per_token) else math.inf, c.gpu))
+    return chosen, excluded
+
+
+@dataclass(frozen=True)
+class LayoutRanking:
+    """The answer of ``rank --parallel auto``: the workload, the search's limits, the choices and exclusions."""
+
+    llm: Any
+    workload: Any
+    max_nodes: int
+    interconnect: str
+    max_itl_ms: float | None
+    choices: list[LayoutChoice]
+    excluded: list[tuple[str, str]]
+
+    def launch_args(self, c: LayoutChoice) -> list[str]:
+        """The ``vllm serve`` line of choice ``c``."""
+        return ["vllm", "serve", self.llm.name, *L.vllm_parallel_args(c.layout), "--max-num-seqs",
+                str(self.workload.max_batch), "--max-model-len", str(self.workload.context_tokens)]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Stable JSON: one object per choice (layout fields, the record's figures, the launch line)."""
+        def one(i: int, c: LayoutChoice) -> dict[str, Any]:
+            e, lay = c.estimate, c.layout
+            return {"rank": i, "gpu": c.gpu, "layout": {"tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "ep": lay.ep,
+                                                        "nodes": lay.nodes, "gpus_per_node": lay.gpus_per_node,
+                                                        "interconnect": lay.interconnect},
+                    "gpus": lay.gpus, "nodes": lay.nodes, "power_w": e.power_per_gpu_w,
+                    "power_per_node_w": e.power_per_node_w, "total_power_w": e.power_w, "itl_s": e.itl_s,
+                    "ttft_s": e.ttft_s, "throughput_tok_s": e.tokens_per_s, "j_per_token": c.j_per_token,
+                    "bubble": e.bubble, "batch": e.batch, "kv_sequences": c.sequences,
+                    "launch_args": self.launch_args(c)}
+        return {"llm": self.llm.name, "method": "roofline", "max_nodes": self.max_nodes,
+                "interconnect": self.interconnect, "max_itl_ms": self.max_itl_ms,
+                "workload": self.workload.to_dict() if hasattr(self.workload, "to_dict") else None,
+                "candidates": [one(i, c) for i, c in enumerate(self.choices, 1)],
+                "excluded": [{"gpu": g, "reason": r} for g, r in self.excluded]}
+
+
+def layouts_answer(predictor: Any, llm: Any, workload: Any, gpus: list[Any] | None = None, max_nodes: int = 4,
+                   interconnect: str = L.DEFAULT_INTERCONNECT, max_itl_ms: float | None = None) -> LayoutRanking:
+    """``rank --parallel auto`` of ``llm`` (a name or spec) over ``gpus`` (names or specs; default the catalog)."""
+    from .questions import RANK
+    from .resolve import resolve_gpu, resolve_llm
+
+    checked = RANK.check({"max_nodes": max_nodes, "interconnect": interconnect, "max_itl_ms": max_itl_ms})
+    catalog = predictor.catalog
+    spec = resolve_llm(catalog, llm)
+    specs = [resolve_gpu(catalog, g) for g in gpus] if gpus is not None else list(catalog.gpus)
+    choices, excluded = best_layouts(specs, spec, workload.max_batch, workload.input_tokens, workload.output_tokens,
+                                     checked["max_nodes"], checked["interconnect"], workload.gpu_memory_utilization,
+                                     workload.kv_cache_dtype, max_itl_ms)
+    return LayoutRanking(spec, workload, checked["max_nodes"], checked["interconnect"], max_itl_ms, choices, excluded)

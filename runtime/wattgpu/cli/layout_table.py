@@ -30,7 +30,7 @@ def print_layouts(res: LayoutRanking, show_launch: bool = False) -> None:
                    "cache holds")
         for i, c in enumerate(choices if show_launch else choices[:1], 1):
             who = f"#{i}" if show_launch else "the top candidate"
-            nodes = f"; a Ray cluster over {c.layout.nodes} nodes" if c.layout.nodes > 1 else ""
+            nodes = f"; spans {c.layout.nodes} nodes: start it with vLLM's multi-node options" if c.layout.nodes > 1 else ""
             click.echo(f"launch {who} ({c.gpu}, {c.layout.describe()}{nodes}): {shlex.join(res.launch_args(c))}")
     if res.excluded:
         click.echo("excluded:")

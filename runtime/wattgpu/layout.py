@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from . import memory, parallel, physics
+from . import memory, ops, parallel, physics
 from .errors import SpecValidationError
 
 ACTIVATION_BYTES = parallel.ACTIVATION_BYTES
@@ -63,6 +63,11 @@ def internode_link(name: str = DEFAULT_INTERCONNECT) -> InternodeLink:
             return link
     names = ", ".join(link.name for link in INTERNODE_LINKS)
     raise SpecValidationError("workload", "interconnect", name, f"one of {names} (or an alias: ndr, xdr, roce, roce200)")
+
+
+def _f(x: Any) -> Any:
+    """A plain float for the physics functions, which take floats or arrays alike (:mod:`wattgpu.ops`)."""
+    return ops.asarray(float(x))
 
 
 def _whole(field: str, value: Any, hi: int) -> int:
@@ -208,7 +213,7 @@ def fit(gpu: Any, llm: Any, lay: Layout, context_tokens: int, gpu_memory_utiliza
         kv_cache_dtype: str = "auto") -> Fit:
     """The memory fit of ``lay``: per-GPU weights and KV budget, and the sequences the layout holds."""
     w = weight_bytes_per_gpu(llm, lay)
-    budget = float(physics.kv_budget_bytes(float(gpu.memory_size_gb), gpu_memory_utilization, w))
+    budget = float(physics.kv_budget_bytes(_f(gpu.memory_size_gb), _f(gpu_memory_utilization), _f(w)))
     per_seq = max(kv_bytes_per_token_per_gpu(llm, lay, kv_cache_dtype) * context_tokens, 1.0)
     per_rank = math.floor(max(budget, 0.0) / per_seq)
     gb = physics.BYTES_PER_MEMORY_GB
@@ -322,10 +327,10 @@ def estimate(gpu: Any, llm: Any, lay: Layout, batch: int, input_tokens: int, out
         prompt_act, nv_bw, NVLINK_P2P_LATENCY_S)
     ttft = max(prompt_flop, prompt_mem) + prompt_a2a + prompt_p2p
     # power: a GPU works (1 − bubble) of the time, and of that the roofline share of its stage time
-    duty = (1.0 - bubble) * stage_compute / stage * float(physics.roofline_duty(stage_compute, layers,
-                                                                                 physics.LAYER_OVERHEAD_DEFAULT_S))
-    busy = float(physics.duty_power_w(float(gpu.tdp_w), duty))
-    idle = float(physics.idle_power_w(float(gpu.idle_power_w) if gpu.idle_power_w else math.nan, float(gpu.tdp_w)))
+    duty = (1.0 - bubble) * stage_compute / stage * float(physics.roofline_duty(
+        _f(stage_compute), _f(layers), _f(physics.LAYER_OVERHEAD_DEFAULT_S)))
+    busy = float(physics.duty_power_w(_f(gpu.tdp_w), _f(duty)))
+    idle = float(physics.idle_power_w(_f(gpu.idle_power_w if gpu.idle_power_w else math.nan), _f(gpu.tdp_w)))
     per_gpu = min(max(busy, idle), float(gpu.tdp_w))
     return Estimate(lay, int(batch), itl, ttft, bubble, tokens_per_s, per_gpu, per_gpu * lay.gpus_on_busiest_node,
                     a2a, p2p, allreduce)

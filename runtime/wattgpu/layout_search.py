@@ -11,11 +11,20 @@ from . import layout as L
 
 @dataclass(frozen=True)
 class LayoutChoice:
-    """The chosen layout of one GPU type and its figures (``batch``: running sequences over all DP ranks)."""
+    """The chosen layout of one GPU type and its figures; ``rank`` and ``launch_args`` are set by the ranking
+    (:data:`wattgpu.record.LAYOUT_CANDIDATE` declares the JSON)."""
 
     gpu: str
     estimate: L.Estimate
     sequences: int
+    rank: int = 0
+    launch_args: tuple[str, ...] = ()
+
+    def layout_dict(self) -> dict[str, Any]:
+        """The layout's fields."""
+        lay = self.layout
+        return {"tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "ep": lay.ep, "nodes": lay.nodes,
+                "gpus_per_node": lay.gpus_per_node, "interconnect": lay.interconnect}
 
     @property
     def layout(self) -> L.Layout:
@@ -78,22 +87,19 @@ class LayoutRanking:
                 str(self.workload.max_batch), "--max-model-len", str(self.workload.context_tokens)]
 
     def to_dict(self) -> dict[str, Any]:
-        """Stable JSON: one object per choice (layout fields, the record's figures, the launch line)."""
-        def one(i: int, c: LayoutChoice) -> dict[str, Any]:
-            e, lay = c.estimate, c.layout
-            return {"rank": i, "gpu": c.gpu, "layout": {"tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "ep": lay.ep,
-                                                        "nodes": lay.nodes, "gpus_per_node": lay.gpus_per_node,
-                                                        "interconnect": lay.interconnect},
-                    "gpus": lay.gpus, "nodes": lay.nodes, "power_w": e.power_per_gpu_w,
-                    "power_per_node_w": e.power_per_node_w, "total_power_w": e.power_w, "itl_s": e.itl_s,
-                    "ttft_s": e.ttft_s, "throughput_tok_s": e.tokens_per_s, "j_per_token": c.j_per_token,
-                    "bubble": e.bubble, "batch": e.batch, "kv_sequences": c.sequences,
-                    "launch_args": self.launch_args(c)}
+        """Stable JSON: one object per choice, its fields as :data:`wattgpu.record.LAYOUT_CANDIDATE` declares."""
+        from dataclasses import replace
+
+        from .record import LAYOUT_CANDIDATE, to_json
+
+        cands = [to_json(replace(c, rank=i, launch_args=tuple(self.launch_args(c))), record=LAYOUT_CANDIDATE)
+                 for i, c in enumerate(self.choices, 1)]
+        for c in cands:
+            c["launch_args"] = list(c["launch_args"])
         return {"llm": self.llm.name, "method": "roofline", "max_nodes": self.max_nodes,
                 "interconnect": self.interconnect, "max_itl_ms": self.max_itl_ms,
                 "workload": self.workload.to_dict() if hasattr(self.workload, "to_dict") else None,
-                "candidates": [one(i, c) for i, c in enumerate(self.choices, 1)],
-                "excluded": [{"gpu": g, "reason": r} for g, r in self.excluded]}
+                "candidates": cands, "excluded": [{"gpu": g, "reason": r} for g, r in self.excluded]}
 
 
 def layouts_answer(predictor: Any, llm: Any, workload: Any, gpus: list[Any] | None = None, max_nodes: int = 4,

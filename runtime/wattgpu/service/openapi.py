@@ -155,7 +155,8 @@ def openapi_document() -> dict[str, Any]:
                           "required": ["llm", "method", "candidates", "excluded"],
                           "properties": {"llm": {"type": "string"}, "method": {"type": "string"},
                                          "max_nodes": {"type": "integer"}, "interconnect": {"type": "string"},
-                                         "candidates": {"type": "array", "items": {"type": "object"}},
+                                         "candidates": {"type": "array",
+                                                        "items": record.json_schema(record.LAYOUT_CANDIDATE)},
                                          "excluded": {"type": "array", "items": {"type": "object"}}}},
         "BatchResult": {"type": "object", "required": ["results", "predicted", "failed"], "properties": {
             "results": {"type": "array", "items": {"type": "object", "description":

@@ -1,5 +1,6 @@
-"""``rank --parallel auto``: per GPU type, the layout TP × EP × DP × PP on up to N nodes with the least energy per
-token that holds the model and meets the ITL limit, from the roofline figures of :mod:`wattgpu.layout`."""
+"""``rank --parallel auto``: per GPU type, the layout TP × EP × DP × PP on the fewest of up to N nodes that holds the
+model and meets the ITL limit, the least energy per token among those, from the roofline figures of
+:mod:`wattgpu.layout`."""
 from __future__ import annotations
 
 import math
@@ -39,8 +40,11 @@ class LayoutChoice:
 def best_layouts(gpus: Iterable[Any], llm: Any, max_batch: int, input_tokens: int, output_tokens: int,
                  max_nodes: int = 4, interconnect: str = L.DEFAULT_INTERCONNECT, gpu_memory_utilization: float = 0.9,
                  kv_cache_dtype: str = "auto", max_itl_ms: float | None = None) -> tuple[list[LayoutChoice], list[tuple[str, str]]]:
-    """(choices sorted by J/token, [(GPU, why none fits)]): the fewest-energy valid layout per GPU type. A layout
-    runs min(``max_batch`` per DP rank × dp, the sequences its KV cache holds) sequences."""
+    """(choices sorted by J/token, [(GPU, why none fits)]): per GPU type, among the valid layouts on the fewest
+    nodes that hold the model (and meet ``max_itl_ms``), the one with the least energy per token. Fewest nodes
+    first: spreading over more nodes shrinks each GPU's weight read, which the roofline rewards more than a real
+    deployment would, and costs GPUs. A layout runs min(``max_batch`` per DP rank × dp, the sequences its KV cache
+    holds) sequences."""
     context = input_tokens + output_tokens
     chosen: list[LayoutChoice] = []
     excluded: list[tuple[str, str]] = []
@@ -57,7 +61,8 @@ def best_layouts(gpus: Iterable[Any], llm: Any, max_batch: int, input_tokens: in
             if max_itl_ms is not None and e.itl_s * 1e3 > max_itl_ms:
                 continue
             c = LayoutChoice(gpu.name, e, f.sequences)
-            if best is None or (c.j_per_token, lay.gpus) < (best.j_per_token, best.layout.gpus):
+            if best is None or (lay.nodes, c.j_per_token, lay.gpus) < (best.layout.nodes, best.j_per_token,
+                                                                        best.layout.gpus):
                 best = c
         if best is not None:
             chosen.append(best)

@@ -65,3 +65,22 @@ def test_service_answers_what_the_cli_answers() -> None:
     assert r.json() == cli_json(*ARGV)
     bad = call(app, "POST", "/v1/rank", {**body, "max_nodes": 0})
     assert bad.status_code in (400, 422) and "max_nodes" in bad.text
+
+
+def test_mlenergy_ep_and_dp_rows_map_onto_layouts() -> None:
+    pytest.importorskip("wattgpu_train")
+    from pathlib import Path
+
+    from wattgpu_train.parallel_rows import layout_of, parallel_rows, report, score_rows
+
+    rows = parallel_rows(Path(__file__).resolve().parents[1] / "data" / "mlenergy_v3" / "rows.csv")
+    assert len(rows) == 202
+    kinds = [layout_of(r) for r in rows]
+    assert sum(k == "dp+ep" for k, _ in kinds) == 16
+    for r, (_, lay) in zip(rows, kinds):
+        assert lay.gpus == int(r["num_gpus"]) and lay.ep == int(r["expert_parallel"])
+    scored, skipped = score_rows(rows)
+    assert len(scored) + sum(skipped.values()) == 202 and len(scored) >= 190
+    assert all(s.layout_power_w <= s.tdp_w for s in scored)
+    table = report(scored, skipped)
+    assert "| dp+ep | all | 16 |" in table

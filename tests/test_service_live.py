@@ -260,8 +260,8 @@ def _layouts_same_as_api(out: dict[str, Any], api: dict[str, Any]) -> None:
     for row, more, c in zip(out["rows"], out["more"], cands):
         rank, gpu, layout, nodes, power, energy, itl, _, ttft, cap = row
         lay = c["layout"]
-        assert gpu[0] == c["gpu"] and _num(rank[1]) == c["rank"] and f"TP{lay['tp']}" in layout[0]
-        assert nodes[0] == f"{c['nodes']} node{'s' if c['nodes'] > 1 else ''}" and _num(cap[1]) == c["batch"]
+        assert gpu[0] == c["gpu"] and _num(rank[1]) == c["rank"] and layout[0] == c["label"] and f"TP{lay['tp']}" in layout[0]
+        assert _num(nodes[1]) == c["nodes"] and _num(cap[1]) == c["batch"]
         assert _num(power[1]) == c["total_power_w"] and _num(energy[1]) == c["j_per_token"]
         assert _num(itl[1]) == c["itl_s"] and _num(ttft[1]) == c["ttft_s"]
         assert json.loads(more["launch_value"]) == c["launch_args"]
@@ -325,8 +325,8 @@ CONTROL_CASES = [
       "workload": {"kind": "server", "qps": 20}, "gpus": ["H100 SXM", "A100 SXM4 80GB", "L4"]}),
     # the layout search: DeepSeek-R1 over up to 2 nodes of 8 with RoCE between them
     ({"llm": "deepseek-ai/DeepSeek-R1-0528", "kind": "offline", "parallel": "auto", "max_nodes": "2",
-      "interconnect": "RoCE 400GbE", "gpus": "H100 SXM,H200 SXM"},
-     {"llm": "deepseek-ai/DeepSeek-R1-0528", "parallel": "auto", "max_nodes": 2, "interconnect": "RoCE 400GbE",
+      "interconnect": "roce", "gpus": "H100 SXM,H200 SXM"},
+     {"llm": "deepseek-ai/DeepSeek-R1-0528", "parallel": "auto", "max_nodes": 2, "interconnect": "roce",
       "workload": {"kind": "offline"}, "gpus": ["H100 SXM", "H200 SXM"]}),
 ]
 

@@ -173,6 +173,8 @@ LAYOUT_CANDIDATE: tuple[Out, ...] = (
     Out("gpu", "", "catalog name of the GPU type", "GPU", "string"),
     Out("layout", "", "the layout: tp, pp, dp, ep, nodes, gpus_per_node, interconnect", "layout", "object",
         get=lambda c: c.layout_dict()),
+    Out("label", "", "the layout in words (TP8 × PP2 EP8 on 2 nodes)", "layout", "string",
+        get=lambda c: c.layout.describe()),
     Out("gpus", "", "GPUs of the whole layout (tp × pp × dp)", "GPUs", "integer", fmt="d",
         get=lambda c: c.layout.gpus),
     Out("nodes", "", "nodes the layout spans", "nodes", "integer", fmt="d", get=lambda c: c.layout.nodes),

@@ -55,9 +55,8 @@ function body() {
   if (val("engine")) wl.engine = val("engine");
   if (val("dtype")) out.dtype = val("dtype");
   if (val("tp")) out.tp = val("tp") === "auto" ? "auto" : num("tp");
-  if (val("parallel")) out.parallel = val("parallel");
+  for (const f of ["parallel", "interconnect"]) if (val(f)) out[f] = val(f);
   if (val("max_nodes")) out.max_nodes = num("max_nodes");
-  if (val("interconnect")) out.interconnect = val("interconnect");
   const rep = val("replicas").toLowerCase();
   if (rep) out.replicas = /^\d+$/.test(rep) ? Number(rep) : rep;  // anything else: the API names the fault
   if (val("max_utilization")) out.max_utilization = num("max_utilization");
@@ -158,23 +157,9 @@ function plot(res) {
   }
 }
 
-// a layout ranking (parallel = auto: roofline figures) in the shape the table and plot read: the layout in the
-// group column, its nodes in the replicas column
-function fromLayouts(res) {
-  const label = (l) => `TP${l.tp}` + (l.pp > 1 ? ` × PP${l.pp}` : "") + (l.dp > 1 ? ` × DP${l.dp}` : "") +
-    (l.ep > 1 ? ` EP${l.ep}` : "");
-  const note = "roofline estimate of the layout (not the learned models)";
-  return {llm: res.llm, workload: res.workload, max_itl_ms: res.max_itl_ms,
-    best: res.candidates.length ? res.candidates[0].gpu : null,
-    candidates: res.candidates.map((c) => ({rank: c.rank, gpu: c.gpu, tp: label(c.layout),
-      replicas: `${c.nodes} node${c.nodes > 1 ? "s" : ""}`, total_power_w: c.total_power_w,
-      energy: {j_per_token: c.j_per_token}, itl_s: c.itl_s, itl_intervals: null, ttft_s: c.ttft_s,
-      max_batch: c.batch, launch_args: c.launch_args, warnings: [note]})),
-    excluded: res.excluded.map((x) => ({gpu: x.gpu, tp: 1, reason: x.reason, reason_kind: "no_layout"}))};
-}
-
 function render(res, req) {
-  if (res.method === "roofline") res = fromLayouts(res);
+  if (res.method) res = {...res, candidates: res.candidates.map((c) => ({...c, tp: c.label, replicas: c.nodes,
+    energy: {j_per_token: c.j_per_token}, max_batch: c.batch}))};
   const wl = res.workload;
   const load = wl.kind === "server" ? ` at ${wl.qps} req/s` : wl.kind === "closed_loop" ? ` with ${wl.concurrency} clients` : "";
   $("summary").textContent = `${res.llm}: ${wl.kind}${load}, ${wl.input_tokens}→${wl.output_tokens} tokens — ` +

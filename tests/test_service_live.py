@@ -91,8 +91,8 @@ def test_a_valid_request_is_answered_while_300_clients_stall_their_uploads(base:
 # ---------------------------------------------------------------- the page in headless Chromium
 # the page's controls (app.js's CONTROLS; a test holds the two equal): each is a key of the page's URL
 CONTROLS = ["llm", "config", "dtype", "kind", "qps", "concurrency", "input_tokens", "output_tokens", "max_batch",
-            "engine", "tp", "replicas", "max_utilization", "gpus", "max_itl_ms", "max_ttft_ms", "strict", "sort",
-            "usd_per_kwh", "usd_per_gpu_hour"]
+            "engine", "tp", "parallel", "max_nodes", "interconnect", "replicas", "max_utilization", "gpus", "max_itl_ms",
+            "max_ttft_ms", "strict", "sort", "usd_per_kwh", "usd_per_gpu_hour"]
 HARNESS_JS = r"""
 const P = new URLSearchParams(location.search), f = document.getElementById("f");
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -253,6 +253,20 @@ def _same_as_api(out: dict[str, Any], api: dict[str, Any]) -> None:
     assert [e[1] for e in out["excluded"]] == [x["reason_kind"] for x in api["excluded"]]
 
 
+def _layouts_same_as_api(out: dict[str, Any], api: dict[str, Any]) -> None:
+    """The layout ranking (parallel = auto): every row holds the API's layout, nodes, figures and launch line."""
+    cands = api["candidates"]
+    assert len(out["rows"]) == len(cands) and out["status"] == f"{len(cands)} candidates, {len(api['excluded'])} excluded."
+    for row, more, c in zip(out["rows"], out["more"], cands):
+        rank, gpu, layout, nodes, power, energy, itl, _, ttft, cap = row
+        lay = c["layout"]
+        assert gpu[0] == c["gpu"] and _num(rank[1]) == c["rank"] and layout[0] == c["label"] and f"TP{lay['tp']}" in layout[0]
+        assert _num(nodes[1]) == c["nodes"] and _num(cap[1]) == c["batch"]
+        assert _num(power[1]) == c["total_power_w"] and _num(energy[1]) == c["j_per_token"]
+        assert _num(itl[1]) == c["itl_s"] and _num(ttft[1]) == c["ttft_s"]
+        assert json.loads(more["launch_value"]) == c["launch_args"]
+
+
 def _plot_is_legible(out: dict[str, Any], n: int) -> None:
     """Dots for every candidate; labels inside the SVG and never over each other (measured by getBBox)."""
     svg = out["svg"]
@@ -309,10 +323,15 @@ CONTROL_CASES = [
       "replicas": "auto", "sort": "itl", "gpus": "H100 SXM,A100 SXM4 80GB,L4"},
      {"llm": "meta-llama/Llama-3.1-70B-Instruct", "dtype": "bfloat16", "tp": 8, "replicas": "auto", "sort": "itl",
       "workload": {"kind": "server", "qps": 20}, "gpus": ["H100 SXM", "A100 SXM4 80GB", "L4"]}),
+    # the layout search: DeepSeek-R1 over up to 2 nodes of 8 with RoCE between them
+    ({"llm": "deepseek-ai/DeepSeek-R1-0528", "kind": "offline", "parallel": "auto", "max_nodes": "2",
+      "interconnect": "roce", "gpus": "H100 SXM,H200 SXM"},
+     {"llm": "deepseek-ai/DeepSeek-R1-0528", "parallel": "auto", "max_nodes": 2, "interconnect": "roce",
+      "workload": {"kind": "offline"}, "gpus": ["H100 SXM", "H200 SXM"]}),
 ]
 
 
-@pytest.mark.parametrize("query,body", CONTROL_CASES, ids=["every-control", "inline-config-auto", "tp8-70b"])
+@pytest.mark.parametrize("query,body", CONTROL_CASES, ids=["every-control", "inline-config-auto", "tp8-70b", "layouts"])
 def test_each_control_reaches_the_request_and_the_answer_is_shown(page_base: str, query: dict[str, str],
                                                                   body: dict[str, Any]) -> None:
     out = _drive(page_base, query)
@@ -323,6 +342,9 @@ def test_each_control_reaches_the_request_and_the_answer_is_shown(page_base: str
         assert shown is None or str(shown).lower() in (value.lower(), "true" if value == "1" else value)
     assert dict(httpx.QueryParams(out["search"].lstrip("?"))) == query
     api = _api(page_base, body)
+    if api.get("method") == "roofline":
+        _layouts_same_as_api(out, api)
+        return
     _same_as_api(out, api)
     if api["candidates"]:
         _plot_is_legible(out, len(api["candidates"]))

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 from .energy import PRICE_RANGES
 from .errors import SpecValidationError, WattGPUError, _short
 from .fleet import MAX_REPLICAS
+from .layout import DEFAULT_INTERCONNECT, INTERNODE_LINKS, MAX_NODES
 from .parallel import MAX_TP
 from .quant import DTYPE_ALIASES, DTYPE_OVERRIDES
 from .rules import ChoiceRule, NumberRule
@@ -205,6 +206,21 @@ WORKLOAD_OPTIONS = (
           "tries 1, 2, 4, 8 per GPU type).", "group", default="1", flag="--tp", body=None, show_default=True),
 )
 
+INTERCONNECT_RULE = ChoiceRule(tuple(link.name for link in INTERNODE_LINKS), tuple(
+    (spelling, link.name) for link in INTERNODE_LINKS for spelling in (link.name.lower().replace(" ", "_"), *link.aliases)))
+LAYOUT_SEARCH = (
+    Param("parallel", "Layouts to rank: tp (tensor-parallel groups, as --tp says) or auto (per GPU type the "
+          "layout TP × EP × DP × PP on up to --max-nodes nodes of 8 with the least energy per token; roofline "
+          "figures and vLLM's parallel flags).", "choice", rule=ChoiceRule(("tp", "auto")), default="tp",
+          flag="--parallel", show_default=True),
+    Param("max_nodes", "With --parallel auto: the most nodes (of 8 GPUs) a layout may span.", "integer",
+          rule=_number(1, MAX_NODES, integer=True), default=4, flag="--max-nodes", show_default=True,
+          expected=f"a whole number of nodes in [1, {MAX_NODES}]"),
+    Param("interconnect", "With --parallel auto: the network between nodes (data/catalog/internode_links.csv; "
+          "also ndr, xdr, roce, roce200).", "choice", rule=INTERCONNECT_RULE, default=DEFAULT_INTERCONNECT,
+          flag="--interconnect", show_default=True),
+)
+
 PREDICT = Request("predict", (GPU, LLM, WORKLOAD, DTYPE, *SLA, *PRICES), "One LLM on one GPU.", ("gpu", "llm"))
 RANK = Request("rank", (
     LLM, WORKLOAD, DTYPE, *SLA,
@@ -231,6 +247,7 @@ RANK = Request("rank", (
           rule=_number(1, MAX_MODEL_LEN, integer=True), flag="--max-model-len",
           expected=f"a whole number of tokens in [1, {MAX_MODEL_LEN:,}]"),
     *PRICES,
+    *LAYOUT_SEARCH,
 ), "Rank GPUs for one LLM.", ("llm",))
 _CSV_COLUMNS = ", ".join((*WORKLOAD_NUMBERS, *(c for c in WORKLOAD_CHOICES if c != "kind")))
 SHOWN_ROW_ERRORS = 10  # skipped CSV rows printed on stderr; the rest are counted by reason (and --errors FILE)

@@ -170,6 +170,39 @@ ENERGY: tuple[Out, ...] = (
         "$GPUh/Mtok", fmt=".4f", nullable=True),
 )
 
+# A candidate of ``rank --parallel auto`` (wattgpu.layout_search.LayoutChoice): roofline figures of one layout.
+LAYOUT_CANDIDATE: tuple[Out, ...] = (
+    Out("rank", "", "position in the layout ranking (1 = least energy per token)", "#", "integer", fmt="d"),
+    Out("gpu", "", "catalog name of the GPU type", "GPU", "string"),
+    Out("layout", "", "the layout: tp, pp, dp, ep, nodes, gpus_per_node, interconnect", "layout", "object",
+        get=lambda c: c.layout_dict()),
+    Out("label", "", "the layout in words (TP8 × PP2 EP8 on 2 nodes)", "layout", "string",
+        get=lambda c: c.layout.describe()),
+    Out("gpus", "", "GPUs of the whole layout (tp × pp × dp)", "GPUs", "integer", fmt="d",
+        get=lambda c: c.layout.gpus),
+    Out("nodes", "", "nodes the layout spans", "nodes", "integer", fmt="d", get=lambda c: c.layout.nodes),
+    Out("power_w", "W", "mean power per GPU (roofline duty model)", "W/GPU", fmt=".0f",
+        get=lambda c: c.estimate.power_per_gpu_w),
+    Out("power_per_node_w", "W", "mean power of the fullest node's GPUs", "W/node", fmt=".0f",
+        get=lambda c: c.estimate.power_per_node_w),
+    Out("total_power_w", "W", "mean power of all the layout's GPUs", "total W", fmt=".0f",
+        get=lambda c: c.estimate.power_w),
+    Out("itl_s", "s", "roofline decode step as one sequence sees it (a lower bound)", "ITL", scale=1e3,
+        human_unit="ms", fmt=".1f", get=lambda c: c.estimate.itl_s),
+    Out("ttft_s", "s", "roofline prefill of one prompt on an idle layout", "TTFT", scale=1e3, human_unit="ms",
+        fmt=".1f", get=lambda c: c.estimate.ttft_s),
+    Out("throughput_tok_s", "tokens/s", "output tokens per second of the whole layout", "tok/s", fmt=".0f",
+        get=lambda c: c.estimate.tokens_per_s),
+    Out("j_per_token", "J", "energy per output token of all the layout's GPUs", "J/tok", fmt=".3f"),
+    Out("bubble", "", "share of time a pipeline stage idles ((pp − 1) / (m + pp − 1))", "bubble", fmt=".2f",
+        get=lambda c: c.estimate.bubble),
+    Out("batch", "", "running sequences over all DP ranks", "batch", "integer", fmt="d",
+        get=lambda c: c.estimate.batch),
+    Out("kv_sequences", "", "sequences of input + output tokens the layout's KV cache holds", "seqs", "integer",
+        fmt="d", get=lambda c: c.sequences),
+    Out("launch_args", "", "the vllm serve command line with vLLM's parallel flags", "launch", "strings"),
+)
+
 FIELDS: dict[str, Out] = {o.name: o for o in (*PREDICTION, *RANK_ONLY, *ENERGY)}
 TABLE_FIELDS: tuple[str, ...] = tuple(o.name for o in PREDICTION if o.table)  # Predictor.predict_table's numbers
 DEFAULT_PRICES: Prices = (None, None, 1.0, None)  # no price, no carbon intensity, PUE 1, no GPU rent

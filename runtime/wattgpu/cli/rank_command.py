@@ -23,6 +23,7 @@ from .text import explain_power_method
 @click.option("--launch", "show_launch", is_flag=True,
               help="Print the `vllm serve` line of every candidate (default: the top candidate's only).")
 @options(Q.RANK.param(n) for n in ("replicas", "max_utilization", "dtype"))
+@options(Q.LAYOUT_SEARCH)
 @price_options
 @click.option("--json", "as_json", is_flag=True, help="Print stable JSON (every key explained in docs/json.md).")
 @click.option("--plot", "plot_path", default=None, type=click.Path(dir_okay=False),
@@ -32,7 +33,8 @@ from .text import explain_power_method
 def rank_cmd(llm: str, max_itl_ms: float | None, max_ttft_ms: float | None, strict: bool, gpus: str | None, sort: str,
              usd_per_kwh: float | None, gco2_per_kwh: float | None, pue: float, usd_per_gpu_hour: float | None,
              as_json: bool, plot_path: str | None, replicas: str | None, max_utilization: float | None,
-             max_model_len: int | None, show_launch: bool, dtype: str, models: str | None, **wl: Any) -> None:
+             max_model_len: int | None, show_launch: bool, dtype: str, models: str | None, parallel: str = "tp",
+             max_nodes: int = 4, interconnect: str = "InfiniBand NDR", **wl: Any) -> None:
     """Rank GPUs for serving one LLM: candidates by energy per token, excluded GPUs with the reason.
 
     Exits 4 when no GPU qualifies (the exclusions are still printed)."""
@@ -45,6 +47,9 @@ def rank_cmd(llm: str, max_itl_ms: float | None, max_ttft_ms: float | None, stri
     if auto:
         wl["tp"] = "1"
     workload, predictor = make_workload(**wl), _predictor(models)
+    if parallel == "auto":
+        _rank_layouts(predictor, llm, workload, names, max_nodes, interconnect, max_itl_ms, as_json, show_launch)
+        return
 
     from ..answers import rank_result
 
@@ -80,6 +85,24 @@ def rank_cmd(llm: str, max_itl_ms: float | None, max_ttft_ms: float | None, stri
 
         fail(f"no GPU qualifies for {res.llm} under this load and SLA (every one is excluded; see the reasons); "
              f"exit status {NO_CANDIDATE_EXIT}", NO_CANDIDATE_EXIT)
+
+
+def _rank_layouts(predictor: Any, llm: str, workload: Any, names: list[str] | None, max_nodes: int,
+                  interconnect: str, max_itl_ms: float | None, as_json: bool, show_launch: bool) -> None:
+    """``rank --parallel auto``: the layout search (wattgpu.layout_search) and its table or JSON."""
+    from ..layout_search import layouts_answer
+    from .layout_table import print_layouts
+
+    res = layouts_answer(predictor, llm, workload, names, max_nodes, interconnect, max_itl_ms)
+    if as_json:
+        click.echo(json.dumps(res.to_dict(), indent=2, sort_keys=True))
+    else:
+        print_layouts(res, show_launch)
+    if not res.choices:
+        from ..errors import NO_CANDIDATE_EXIT
+
+        fail(f"no layout of these GPUs on up to {max_nodes} node(s) holds {res.llm.name} within the limits; exit "
+             f"status {NO_CANDIDATE_EXIT}", NO_CANDIDATE_EXIT)
 
 
 _BOUND_SHORT = {"memory": "mem", "compute": "comp", "interconnect": "link"}

@@ -268,6 +268,12 @@ def rank_work(svc: Service, body: dict[str, Any]) -> dict[str, Any]:
             raise ApiError(422, "invalid_field", "gpus", f"gpus: {len(gpus)} entries; at most 10,000 can be ranked at once")
         gpus = [I.gpu_input(pred, g, "gpus") for g in gpus]
     max_itl_ms, max_ttft_ms = I.sla_input(body.get("sla"))
+    if body.get("parallel") == "auto":
+        from ..layout_search import layouts_answer
+
+        return _guard("<request>", lambda: layouts_answer(pred, llm, workload, gpus, body.get("max_nodes", 4),
+                                                          body.get("interconnect", "InfiniBand NDR"),
+                                                          max_itl_ms).to_dict())
     usd, gco2, pue, rent = I.prices_input(body)
     options = dict(max_itl_ms=max_itl_ms, max_ttft_ms=max_ttft_ms, strict=body.get("strict", False),
                    sort=body.get("sort", "energy"), usd_per_kwh=usd, gco2_per_kwh=gco2, pue=pue,

@@ -150,6 +150,14 @@ def openapi_document() -> dict[str, Any]:
                                       "candidates": {"type": "array", "items": ref("RankCandidate")},
                                       "excluded": {"type": "array", "items": {"type": "object", "properties": {
                                           "prediction": {"oneOf": [{"type": "null"}, ref("RankEntry")]}}}}}},
+        "LayoutRanking": {"type": "object", "description": "`wattgpu rank --parallel auto --json` "
+                          "(LayoutRanking.to_dict(), roofline figures): the least-energy layout per GPU type.",
+                          "required": ["llm", "method", "candidates", "excluded"],
+                          "properties": {"llm": {"type": "string"}, "method": {"type": "string"},
+                                         "max_nodes": {"type": "integer"}, "interconnect": {"type": "string"},
+                                         "candidates": {"type": "array",
+                                                        "items": record.json_schema(record.LAYOUT_CANDIDATE)},
+                                         "excluded": {"type": "array", "items": {"type": "object"}}}},
         "BatchResult": {"type": "object", "required": ["results", "predicted", "failed"], "properties": {
             "results": {"type": "array", "items": {"type": "object", "description":
                         "{row, prediction} or {row, error}, in the order of the rows", "properties": {
@@ -182,7 +190,8 @@ def openapi_document() -> dict[str, Any]:
                                                      "type": "string"}}}}, **errors}}},
         "/v1/rank": {"post": {"summary": "Rank GPUs for one LLM (= wattgpu rank --json)", "operationId": "rank",
                               "requestBody": body("RankRequest"),
-                              "responses": {"200": ok("Candidates and excluded GPUs", ref("RankResult")), **errors}}},
+                              "responses": {"200": ok("Candidates and excluded GPUs (with parallel = auto: the layout ranking)",
+                                                   {"oneOf": [ref("RankResult"), ref("LayoutRanking")]}), **errors}}},
     }
     return {"openapi": "3.1.0",
             "info": {"title": "WattGPU", "version": __version__,

@@ -4,7 +4,7 @@
 const $ = (id) => document.getElementById(id);
 // every control, by id; each is a key of the URL's query string
 const CONTROLS = ["llm", "config", "dtype", "kind", "qps", "concurrency", "input_tokens", "output_tokens", "max_batch",
-                  "engine", "tp", "replicas", "max_utilization", "gpus", "max_itl_ms", "max_ttft_ms", "strict", "sort",
+                  "engine", "tp", "parallel", "max_nodes", "interconnect", "replicas", "max_utilization", "gpus", "max_itl_ms", "max_ttft_ms", "strict", "sort",
                   "usd_per_kwh", "usd_per_gpu_hour"];
 // what the page answers when opened with no query
 const EXAMPLE = {llm: "meta-llama/Llama-3.1-8B-Instruct", kind: "server", qps: "2", max_itl_ms: "50"};
@@ -55,6 +55,8 @@ function body() {
   if (val("engine")) wl.engine = val("engine");
   if (val("dtype")) out.dtype = val("dtype");
   if (val("tp")) out.tp = val("tp") === "auto" ? "auto" : num("tp");
+  for (const f of ["parallel", "interconnect"]) if (val(f)) out[f] = val(f);
+  if (val("max_nodes")) out.max_nodes = num("max_nodes");
   const rep = val("replicas").toLowerCase();
   if (rep) out.replicas = /^\d+$/.test(rep) ? Number(rep) : rep;  // anything else: the API names the fault
   if (val("max_utilization")) out.max_utilization = num("max_utilization");
@@ -156,6 +158,8 @@ function plot(res) {
 }
 
 function render(res, req) {
+  if (res.method) res = {...res, candidates: res.candidates.map((c) => ({...c, tp: c.label, replicas: c.nodes,
+    energy: {j_per_token: c.j_per_token}, max_batch: c.batch}))};
   const wl = res.workload;
   const load = wl.kind === "server" ? ` at ${wl.qps} req/s` : wl.kind === "closed_loop" ? ` with ${wl.concurrency} clients` : "";
   $("summary").textContent = `${res.llm}: ${wl.kind}${load}, ${wl.input_tokens}→${wl.output_tokens} tokens — ` +

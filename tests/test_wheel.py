@@ -97,8 +97,11 @@ def test_committed_wheel_matches_the_tree(built: Path) -> None:
 # calibration rework and the serving changes the wheel is 417.4 KB: the target is MISSED and reported as
 # such in reports/benchmarks.md and the issue. The largest parts are the catalog snapshot (40 KB
 # compressed), the two ONNX models (62 KB) and the training package (79 KB). Since hatch_build.py ships those
-# three artifacts xz-packed (83 KB instead of 102 KB) the wheel is about 401 KB. This guards against growth.
-WHEEL_BUDGET_BYTES = 420_000
+# three artifacts xz-packed (83 KB instead of 102 KB) the wheel was about 401 KB; issue 41's layout search
+# (layout.py, layout_search.py, the page's controls, parallel_rows.py: ~15 KB), issue 38's TTFT fit (ttft_fit.py,
+# training ttft.py: ~8 KB) and the serving solve bring it to about 427 KB. The 400 KB target is MISSED; this
+# guards against further growth.
+WHEEL_BUDGET_BYTES = 430_000
 
 
 def _runtime_requirements(wheel: Path) -> list[str]:

@@ -136,6 +136,10 @@ def test_a_format_4_bundle_still_loads_without_excess_or_interval(tmp_path):
     (lambda m: m["ttft"].update(burst_interval=[0.5]), "burst_interval"),
     (lambda m: m["ttft"].update(extra=1), "unknown"),
     (lambda m: m["ttft"].update(rows=True), "rows"),
+    # an integer too large for a float (found by the hypothesis fuzz with 1,000 examples)
+    (lambda m: m["ttft"].update(burst_interval=[10 ** 400, 2.0]), "burst_interval"),
+    (lambda m: m["ttft"].update(interval=[0.5, 10 ** 400]), "interval"),
+    (lambda m: m["ttft"].update(excess_steps=10 ** 400), "excess_steps"),
 ])
 def test_a_bad_ttft_section_is_refused_naming_the_key(tmp_path, edit, word):
     d = _copy(tmp_path)

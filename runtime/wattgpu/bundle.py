@@ -25,7 +25,6 @@ out-of-range warnings). Free-form maps (hyperparameters, per-source row counts) 
 from __future__ import annotations
 
 import json
-import math
 import operator
 import os
 import threading
@@ -41,6 +40,7 @@ from .features import REGISTRY
 from .safeio import parse_json_bytes, read_bounded
 from .specs import CATALOG_RESOURCE, Catalog, default_catalog, packaged_bytes
 from .targets import TARGETS, TRANSFORMS, UNITS
+from .rules import is_finite_number
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -191,22 +191,12 @@ def _is_sha256(v: Any) -> bool:
     return isinstance(v, str) and len(v) == 64 and all(c in "0123456789abcdef" for c in v)
 
 
-def _is_number(v: Any) -> bool:
-    """A finite JSON number (true/false are not numbers)."""
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return False
-    try:
-        return math.isfinite(v)
-    except OverflowError:  # an integer too large for a float (10**400)
-        return False
-
-
 def _is_count(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
 def _is_range(v: Any) -> bool:
-    return isinstance(v, list) and len(v) == 2 and all(_is_number(x) for x in v) and v[0] <= v[1]
+    return isinstance(v, list) and len(v) == 2 and all(is_finite_number(x) for x in v) and v[0] <= v[1]
 
 
 def _is_str_list(v: Any) -> bool:
@@ -267,7 +257,7 @@ def _read_v1(data: Mapping[str, Any], r: _Reader, keys: tuple[str, ...] = MANIFE
             raise r.fail(f"{where}.transform", f"= {transform!r} is an unknown target transform")
         r.value(m, "xgboost_params", where, lambda v: isinstance(v, dict), "a JSON object (free-form)")
         for k in ("parity_max_rel_diff", "parity_rtol"):
-            r.value(m, k, where, lambda v: _is_number(v) and v >= 0, "a finite number ≥ 0")
+            r.value(m, k, where, lambda v: is_finite_number(v) and v >= 0, "a finite number ≥ 0")
         models[target] = ModelSchema(target=target, file=r.file_name(m, "file", where), sha256=r.digest(m, "sha256", where),
                                      features=tuple(feats), transform=transform,
                                      unit=r.value(m, "unit", where, partial(operator.eq, UNITS[target]), UNITS[target]),

@@ -5,11 +5,11 @@ writes bundles) fits it without importing each other in a loop. Imports only the
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Mapping
 
 from .features import GPU_COLUMN_KEYS, RAW_KEYS
 from .targets import ITL, POWER
+from .rules import is_finite_number
 
 TTFT = "ttft"  # time to first token: not a model output, corrected after the serving math (calibration.apply_ttft)
 PARAMS = {POWER: ("offset", "slope"), ITL: ("overhead", "bandwidth"), TTFT: ("scale", "slope")}
@@ -42,7 +42,7 @@ def read_section(s: Any, models: set[str], version: int = 4) -> None:
         return obj
 
     def num(v: Any, where: str) -> float:
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        if not is_finite_number(v):
             raise ValueError(f"{where} = {v!r:.40} is not a finite number")
         return float(v)
 

@@ -11,11 +11,10 @@ PUE (power usage effectiveness, ≥ 1) scales GPU energy to facility energy for 
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from .errors import WattGPUError, _short
-from .rules import fmt_bound
+from .rules import fmt_bound, is_finite_number
 
 J_PER_KWH = 3.6e6
 J_PER_WH = 3600.0
@@ -34,12 +33,7 @@ def _check(name: str, value: float | None) -> None:
     if value is None:
         return
     lo, hi = PRICE_RANGES[name]
-    try:
-        ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value) \
-            and lo <= value <= hi
-    except OverflowError:  # an integer too large for a float (400 digits of JSON)
-        ok = False
-    if not ok:
+    if not (is_finite_number(value) and lo <= value <= hi):
         raise WattGPUError(f"{name} = {_short(value)} is invalid; expected a finite number in "
                            f"[{fmt_bound(lo)}, {fmt_bound(hi)}]")
 

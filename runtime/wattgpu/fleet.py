@@ -26,6 +26,7 @@ from .errors import WattGPUError
 from .prediction import Prediction
 from .specs import GpuSpec, LlmSpec
 from .workload import MIN_QPS, Workload
+from .rules import is_finite_number
 
 EVEN_SPLIT = ("load split evenly: each of n independent replicas (one GPU or one tensor-parallel group) receives "
               "qps / n Poisson requests/s; fleet power = n × replica power")
@@ -49,7 +50,7 @@ def check_max_utilization(value: Any) -> float:
     """``None`` (the default target) or a number in (0, 1]; anything else raises naming ``max_utilization``."""
     if value is None:
         return MAX_UTILIZATION
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+    if not is_finite_number(value) \
             or not 0.0 < value <= 1.0:
         raise WattGPUError(f"max_utilization = {value!r} is invalid; expected a fraction in (0, 1], e.g. 0.8")
     return float(value)
@@ -67,7 +68,7 @@ def check_replicas(replicas: Any) -> int | str | None:
             replicas = int(text)
         except ValueError:
             raise WattGPUError(f"replicas = {replicas!r} is invalid; expected 'auto' or a whole number ≥ 1") from None
-    if isinstance(replicas, bool) or not isinstance(replicas, (int, float)) or not math.isfinite(replicas) \
+    if not is_finite_number(replicas) \
             or replicas != int(replicas) or not 1 <= replicas <= MAX_REPLICAS:
         raise WattGPUError(f"replicas = {replicas!r} is invalid; expected 'auto' or a whole number in [1, {MAX_REPLICAS}]")
     return int(replicas)

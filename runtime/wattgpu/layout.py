@@ -26,6 +26,7 @@ from typing import Any
 
 from . import memory, ops, parallel, physics
 from .errors import SpecValidationError
+from .rules import is_finite_number
 
 ACTIVATION_BYTES = parallel.ACTIVATION_BYTES
 ALLTOALL_PER_LAYER = 2  # dispatch + combine
@@ -71,7 +72,7 @@ def _f(x: Any) -> Any:
 
 
 def _whole(field: str, value: Any, hi: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+    if not is_finite_number(value) \
             or value != int(value) or not 1 <= value <= hi:
         raise SpecValidationError("workload", field, value, f"a whole number in [1, {hi}]")
     return int(value)

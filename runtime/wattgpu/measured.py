@@ -27,7 +27,7 @@ from . import features as F
 from .batch import _open_csv, _resolve_stream, _rows
 from .calibration import Runs
 from .errors import ConfigFileError, SpecValidationError, WattGPUError
-from .rules import NumberRule
+from .rules import NumberRule, is_finite_number
 from .safeio import looks_utf16, open_regular, read_json_file
 from .targets import ITL, POWER
 
@@ -209,7 +209,7 @@ def read_vllm_bench(path: str) -> dict[str, Any]:
                                          "benchmark result?")
     for k in (*need, "mean_tpot_ms", "mean_itl_ms", "median_itl_ms", "mean_ttft_ms"):
         v = data.get(k)
-        if k in data and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0):
+        if k in data and (not is_finite_number(v) or v < 0):
             raise ConfigFileError(str(path), f"field {k!r} = {v!r:.40} is not a finite number ≥ 0")
     if not data["completed"] >= 1 or not data["duration"] > 0:
         raise ConfigFileError(str(path), "reports no completed requests (completed < 1 or duration 0)")
@@ -377,11 +377,11 @@ def bench_row(bench_path: str, power_path: str | None, gpu: str, llm: str | None
            "output_tokens": str(max(1, round(float(bench["total_output_tokens"]) / done))),
            "num_requests": str(int(done))}
     rate, conc = bench.get("request_rate"), bench.get("max_concurrency")
-    if isinstance(rate, (int, float)) and not isinstance(rate, bool) and math.isfinite(rate) and rate > 0:
+    if is_finite_number(rate) and rate > 0:
         row.update(kind="server", qps=repr(float(rate)))
-        if isinstance(conc, (int, float)) and not isinstance(conc, bool) and conc >= 1:
+        if is_finite_number(conc) and conc >= 1:
             row["max_batch"] = str(int(conc))
-    elif isinstance(conc, (int, float)) and not isinstance(conc, bool) and conc >= 1:
+    elif is_finite_number(conc) and conc >= 1:
         row.update(kind="closed_loop", concurrency=repr(float(conc)))
     else:
         row["kind"] = "offline"

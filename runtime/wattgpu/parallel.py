@@ -31,6 +31,7 @@ from typing import Any
 
 from . import ops
 from .errors import SpecValidationError
+from .rules import is_finite_number
 
 TP_CHOICES = (1, 2, 4, 8)  # group sizes `rank --tp auto` tries
 MAX_TP = 1024
@@ -111,7 +112,7 @@ def link_name(gpu: Any, tp: int) -> str:
 
 def check_tp_value(tp: Any) -> int:
     """The TP degree as an int in [1, MAX_TP] or a SpecValidationError naming the field."""
-    if isinstance(tp, bool) or not isinstance(tp, (int, float)) or not math.isfinite(tp) or tp != int(tp) \
+    if not is_finite_number(tp) or tp != int(tp) \
             or not 1 <= tp <= MAX_TP:
         raise SpecValidationError("workload", "tp", tp, f"a whole number of GPUs in [1, {MAX_TP}] (tensor-parallel "
                                   "degree; 1 = one GPU)")

@@ -9,13 +9,23 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from .errors import SpecValidationError
 
 # A plain decimal number: no "nan", "inf", "0x10", "1_000" or surrounding junk (Python's float() takes all of those).
 _NUMBER_RE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 MAX_NUMBER_TEXT = 64
+
+
+def is_finite_number(v: Any) -> TypeGuard[int | float]:
+    """True for a finite int or float (true/false are not numbers; an int too large for a float is not finite)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # 10**400 from a JSON document
+        return False
 
 
 def fmt_bound(x: float) -> str:

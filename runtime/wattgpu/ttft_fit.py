@@ -14,9 +14,10 @@ A bundle without the section (formats ≤ 4) has no excess and no TTFT interval:
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Mapping
+
+from .rules import is_finite_number
 
 SECTION_KEYS = ("excess_steps", "burst_s", "interval", "burst_interval", "level", "rows", "method")
 BURST_INTERVAL_SHARE = 0.5  # the burst interval applies where at least this share of requests is in the first wave
@@ -60,7 +61,7 @@ NO_FIT = TtftFit()
 
 def _number(section: Mapping[str, Any], key: str, lo: float, hi: float) -> float:
     v = section.get(key)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and lo <= v <= hi):
+    if not (is_finite_number(v) and lo <= v <= hi):
         raise ValueError(f"ttft.{key} = {v!r} is invalid; expected a number in [{lo:g}, {hi:g}]")
     return float(v)
 
@@ -92,7 +93,7 @@ def _factors(section: Mapping[str, Any], key: str) -> tuple[float, float] | None
     if iv is None:
         return None
     ok = (isinstance(iv, list) and len(iv) == 2
-          and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in iv)
+          and all(is_finite_number(x) for x in iv)
           and 0.0 < iv[0] <= 1.0 <= iv[1])
     if not ok:
         raise ValueError(f"ttft.{key} = {iv!r} is invalid; expected null or [low ≤ 1, high ≥ 1] factors > 0")

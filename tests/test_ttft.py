@@ -140,12 +140,36 @@ def test_a_format_4_bundle_still_loads_without_excess_or_interval(tmp_path):
     (lambda m: m["ttft"].update(burst_interval=[10 ** 400, 2.0]), "burst_interval"),
     (lambda m: m["ttft"].update(interval=[0.5, 10 ** 400]), "interval"),
     (lambda m: m["ttft"].update(excess_steps=10 ** 400), "excess_steps"),
+    (lambda m: m["ttft"].update(pcie_comm=-1.0), "pcie_comm"),
+    (lambda m: m["ttft"].update(pcie_comm="10"), "pcie_comm"),
 ])
 def test_a_bad_ttft_section_is_refused_naming_the_key(tmp_path, edit, word):
     d = _copy(tmp_path)
     _edit(d, edit)
     with pytest.raises(ArtifactError, match=word):
         Predictor(models=d).predict(GPU, LLM, Workload())
+
+
+def test_the_pcie_term_adds_on_pcie_tp_groups_only():
+    """pcie_comm × the prompt's modelled all-reduce time, on a TP group linked by PCIe; NVLink groups and one
+    GPU are untouched (the measured rows that fit the term are GeForce pairs without NVLink)."""
+    pred = Predictor()
+    fit = ttft_fit.of(pred.bundle)
+    assert fit.pcie_comm > 0
+    wl = Workload(kind="closed_loop", concurrency=8, input_tokens=2048, tp=2)
+    pcie = pred.predict("NVIDIA GeForce RTX 5090", "Qwen/Qwen3-8B", wl)
+    part = pcie.ttft_breakdown
+    base = fit.excess_steps * part["step_s"] + fit.burst_s * 0.0
+    assert part["ttft_excess_s"] == pytest.approx(base + fit.pcie_comm * part["prefill_allreduce_s"], rel=1e-9)
+    nvlink = pred.predict(GPU, LLM, wl).ttft_breakdown
+    assert nvlink["prefill_allreduce_s"] > 0
+    assert nvlink["ttft_excess_s"] == pytest.approx(fit.excess_steps * nvlink["step_s"], rel=1e-9)
+
+
+def test_a_format_5_section_without_the_pcie_term_reads_as_zero(tmp_path):
+    d = _copy(tmp_path)
+    _edit(d, lambda m: m["ttft"].pop("pcie_comm"))
+    assert bundle.ModelBundle(d).ttft_fit.pcie_comm == 0.0
 
 
 def test_a_null_ttft_section_means_no_fit(tmp_path):
@@ -180,7 +204,7 @@ def test_a_saturated_closed_loop_keeps_littles_law():
 
 
 # ---- the training side: the fit and its held-out scoring (labelled synthetic fixtures)
-def _synthetic(seed: int = 0, steps: float = 6.0, burst_s: float = 0.4, noise: float = 0.05):
+def _synthetic(seed: int = 0, steps: float = 6.0, burst_s: float = 0.4, noise: float = 0.05, pcie_comm: float = 0.0):
     pytest.importorskip("scipy")
     from wattgpu_train.ttft import TtftRows
 
@@ -190,9 +214,10 @@ def _synthetic(seed: int = 0, steps: float = 6.0, burst_s: float = 0.4, noise: f
     step = rng.uniform(0.01, 0.05, n)
     burst = (np.arange(n) % 4 == 0).astype(float)
     physics = rng.uniform(0.02, 2.0, n)
-    y = (physics + steps * step + burst_s * burst) * np.exp(rng.normal(0.0, noise, n))
+    comm = np.where(np.arange(n) % 3 == 1, rng.uniform(0.02, 0.1, n), 0.0)  # a third of the rows: PCIe TP groups
+    y = (physics + steps * step + burst_s * burst + pcie_comm * comm) * np.exp(rng.normal(0.0, noise, n))
     src = np.where(burst > 0, "b", "s")
-    return TtftRows(y, physics, step, burst, physics / 2, gpu, src, 0)
+    return TtftRows(y, physics, step, burst, physics / 2, gpu, src, 0, pcie_comm=comm)
 
 
 def test_fit_recovers_known_terms_from_labelled_synthetic_rows():
@@ -202,6 +227,24 @@ def test_fit_recovers_known_terms_from_labelled_synthetic_rows():
     fit = fit_terms(rows, np.ones(rows.y.shape, dtype=bool))
     assert fit.excess_steps == pytest.approx(6.0, rel=0.25)
     assert fit.burst_s == pytest.approx(0.4, rel=0.25)
+    assert fit.pcie_comm < 0.5  # no PCIe term in these rows
+
+
+def test_fit_recovers_a_known_pcie_all_reduce_term():
+    from wattgpu_train.ttft import fit_terms
+
+    rows = _synthetic(pcie_comm=10.0)
+    fit = fit_terms(rows, np.ones(rows.y.shape, dtype=bool))
+    assert fit.pcie_comm == pytest.approx(10.0, rel=0.25)
+    assert fit.excess_steps == pytest.approx(6.0, rel=0.25)
+
+
+def test_small_samples_get_the_conformal_interval_not_a_narrower_percentile():
+    from wattgpu_train.ttft import _conformal_ranks
+
+    assert _conformal_ranks(9) == [0, 8]  # (n+1)·0.9 = 9: the largest of 9 residuals bounds the 80 % interval
+    assert _conformal_ranks(99) == [9, 89]
+    assert _conformal_ranks(1) == [0, 0]
 
 
 def test_held_out_predictions_never_see_their_own_gpu():

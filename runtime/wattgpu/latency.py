@@ -97,13 +97,14 @@ def prefill_attention_s(cols: Any) -> Any:
 
 
 def ttft(cols: Any, budget: Any, batch: Any, step_s: Any, req_rate: Any, slot_wait_s: Any,
-         excess_steps: Any = 0.0, burst_s: Any = 0.0) -> dict[str, Any]:
+         excess_steps: Any = 0.0, burst_s: Any = 0.0, pcie_comm: Any = 0.0) -> dict[str, Any]:
     """TTFT and its parts (s) of rows with decode batch ``batch``, step time ``step_s`` (the envelope, at
     least the row's ITL: the step that computes the first token also decodes the running batch), served
     request rate ``req_rate`` (req/s) and slot wait ``slot_wait_s`` (NaN = unbounded). TTFT is never
     below one such step, nor below the prompt's compute (weights and attention) plus, in a TP group, its
-    all-reduces. The fitted excess (:mod:`ttft_fit`) adds ``excess_steps`` × ``step_s`` + ``burst_s``; in a
-    closed loop only what exceeds the slot wait (``ttft_excess_s``: the client is away, not queueing)."""
+    all-reduces. The fitted excess (:mod:`ttft_fit`) adds ``excess_steps`` × ``step_s`` + ``burst_s``, and on a
+    TP group linked by PCIe ``pcie_comm`` × the prompt's modelled all-reduce time; in a closed loop only what
+    exceeds the slot wait (``ttft_excess_s``: the client is away, not queueing)."""
     inp = cols["wl_input_tokens"]
     roofline = capacity.prefill_s(cols)
     attention = prefill_attention_s(cols)
@@ -119,7 +120,7 @@ def ttft(cols: Any, budget: Any, batch: Any, step_s: Any, req_rate: Any, slot_wa
     queue = rho / (2.0 * (1.0 - rho)) * stage
     # a closed loop's client spends the excess away from the engine, not queueing for a slot: its cycle is
     # clients / request rate either way (Little's law), so the excess adds only beyond the slot wait
-    excess = excess_steps * step_s + burst_s
+    excess = excess_steps * step_s + burst_s + pcie_comm * comm * (1.0 - cols["link_is_nvlink"])
     closed = cols["wl_kind_code"] == CLOSED_LOOP_CODE
     excess = ops.where(closed, ops.maximum(excess - slot_wait_s, 0.0), excess)
     return {"ttft_s": slot_wait_s + queue + own + excess, "prefill_s": own, "prefill_queue_s": queue,

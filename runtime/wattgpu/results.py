@@ -138,7 +138,7 @@ def latency_numbers(cols: Any, budget: Any, batch: Any, itl: Any, tokens_per_s: 
     the bundle's fitted TTFT excess ``fit`` (``burst``: 1 for rows whose clients start together);
     arrays, or floats for the one-row scalar path."""
     out = latency.ttft(cols, budget, batch, ops.maximum(step_s, itl), tokens_per_s / cols["wl_output_tokens"], wait,
-                       fit.excess_steps, fit.burst_seconds(burst))
+                       fit.excess_steps, fit.burst_seconds(burst), fit.pcie_comm)
     out["e2e_latency_s"] = latency.e2e_latency(out["ttft_s"], itl, cols["wl_output_tokens"])
     out["prefill_budget"] = budget
     out.update({f"step_{k}_s": v for k, v in latency.step_parts(cols, batch).items()})

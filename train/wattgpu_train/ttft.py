@@ -7,11 +7,12 @@ holtmann_consumer_gpu), each with the arrival pattern its benchmark used (:data:
 physics TTFT and the decode step come from the runtime (:meth:`wattgpu.Predictor.predict_specs_safe`, any
 fitted excess of the given bundle taken off again); the excess is
 
-    TTFT = physics + ``excess_steps`` × step + ``burst_s`` × burst share
+    TTFT = physics + ``excess_steps`` × step + ``burst_s`` × burst share + ``pcie_comm`` × PCIe all-reduce
 
-(in a closed loop only the part of that excess beyond the slot wait, as :func:`wattgpu.latency.ttft` adds it)
-with both terms ≥ 0, fitted by least absolute log error. Held out: for each GPU, the terms are fitted on the
-other GPUs' rows and the 80 % interval factors are the 10th/90th percentiles of those rows' own held-out
+(the last: the prompt's modelled all-reduce time on a TP group linked by PCIe; in a closed loop only the part
+of that excess beyond the slot wait, as :func:`wattgpu.latency.ttft` adds it) with every term ≥ 0, fitted by
+least absolute log error. Held out: for each GPU, the terms are fitted on the
+other GPUs' rows and the 80 % interval factors are the split-conformal 10th/90th order statistics of those rows' own held-out
 (inner leave-one-GPU-out) log residuals; nothing of the held-out GPU is seen.
 """
 from __future__ import annotations
@@ -42,8 +43,10 @@ LEVEL = 0.8
 # closed loop (staggered). A source not listed keeps its workload's own pattern.
 ARRIVAL_OF_SOURCE = {"llmperf_techgrandpa": "burst", "holtmann_consumer_gpu": "staggered"}
 METHOD = ("TTFT = physics (wattgpu.latency: own prefill with attention FLOPs, prefill queue, slot wait) + "
-          "excess_steps x decode step + burst_s x burst share (wattgpu.ttft_fit), both >= 0, fitted by least "
-          "absolute log error; 80 % interval = 10th/90th percentile of held-out log residuals, burst arrivals apart")
+          "excess_steps x decode step + burst_s x burst share + pcie_comm x the prompt's all-reduce time on a PCIe "
+          "TP group (wattgpu.ttft_fit), all >= 0, fitted by least "
+          "absolute log error; 80 % interval = split-conformal 10th/90th order statistics of held-out log residuals, "
+          "burst arrivals apart")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +63,7 @@ class TtftRows:
     unpredicted: int
     slot_wait: np.ndarray | None = None  # the slot wait inside ``physics`` (s); None = no closed-loop row
     closed: np.ndarray | None = None  # closed-loop rows (the excess adds only beyond their slot wait)
+    pcie_comm: np.ndarray | None = None  # the prompt's modelled all-reduce time on a PCIe TP group (s), else 0
 
 
 def ttft_rows(records: pd.DataFrame, catalog: Catalog, predictor: Any = None) -> TtftRows | None:
@@ -92,8 +96,10 @@ def ttft_rows(records: pd.DataFrame, catalog: Catalog, predictor: Any = None) ->
     roof = np.asarray(prefill_s(ds.cols), dtype=np.float64)
     wait = np.nan_to_num(np.array([part(r, "slot_wait_s") for r in res]), nan=0.0)
     closed = np.array([w.kind == "closed_loop" for _, _, w in triples])
+    comm = np.nan_to_num(np.array([part(r, "prefill_allreduce_s") for r in res]), nan=0.0)
+    comm = comm * (1.0 - np.asarray(ds.cols["link_is_nvlink"], dtype=np.float64))
     return TtftRows(y[ok], physics[ok], step[ok], burst[ok], roof[ok], ds.records["gpu"].to_numpy()[ok],
-                    sources[ok], int((~ok).sum()), wait[ok], closed[ok])
+                    sources[ok], int((~ok).sum()), wait[ok], closed[ok], comm[ok])
 
 
 def _excess_added(excess: np.ndarray, rows: TtftRows, m: Any) -> np.ndarray:
@@ -103,28 +109,39 @@ def _excess_added(excess: np.ndarray, rows: TtftRows, m: Any) -> np.ndarray:
     return np.where(rows.closed[m], np.maximum(excess - rows.slot_wait[m], 0.0), excess)
 
 
+def _comm(rows: TtftRows, m: Any) -> np.ndarray:
+    return np.zeros_like(rows.y[m]) if rows.pcie_comm is None else rows.pcie_comm[m]
+
+
 def predict(fit: TtftFit, rows: TtftRows, m: Any = slice(None)) -> np.ndarray:
     """The fitted TTFT of rows ``m`` (the runtime's composition: wattgpu.latency.ttft)."""
-    return rows.physics[m] + _excess_added(fit.excess_steps * rows.step[m] + fit.burst_seconds(rows.burst[m]), rows, m)
+    excess = fit.excess_steps * rows.step[m] + fit.burst_seconds(rows.burst[m]) + fit.pcie_comm * _comm(rows, m)
+    return rows.physics[m] + _excess_added(excess, rows, m)
+
+
+# Nelder-Mead starts (log excess steps, log burst s, log PCIe multiple): the absolute log loss has local minima
+STARTS = ((0.0, -2.0, 0.0), (2.0, -1.0, -3.0), (-3.0, 0.0, 2.0), (2.0, -1.0, 2.0), (2.0, -1.0, 4.0))
 
 
 def fit_terms(rows: TtftRows, m: np.ndarray) -> TtftFit:
-    """``excess_steps`` and ``burst_s`` (≥ 0) minimising the mean absolute log error on rows ``m``; the burst
-    term stays 0 when those rows hold no burst."""
+    """``excess_steps``, ``burst_s`` and ``pcie_comm`` (≥ 0) minimising the mean absolute log error on rows
+    ``m``; the burst (PCIe) term stays 0 when those rows hold no burst (no PCIe TP group)."""
     from scipy.optimize import minimize
 
-    y, phys, step, burst = rows.y[m], rows.physics[m], rows.step[m], rows.burst[m]
-    has_burst = bool((burst > 0).any())
+    y, phys, step, burst, comm = rows.y[m], rows.physics[m], rows.step[m], rows.burst[m], _comm(rows, m)
+    has_burst, has_comm = bool((burst > 0).any()), bool((comm > 0).any())
 
     def loss(x: np.ndarray) -> float:
-        excess = np.exp(x[0]) * step + (np.exp(x[1]) * burst if has_burst else 0.0)
+        excess = (np.exp(x[0]) * step + (np.exp(x[1]) * burst if has_burst else 0.0)
+                  + (np.exp(x[2]) * comm if has_comm else 0.0))
         p = phys + _excess_added(excess, rows, m)
         return float(np.mean(np.abs(np.log(np.maximum(p, 1e-12) / y))))
 
-    best = min((minimize(loss, np.array(x0), method="Nelder-Mead",
-                         options={"maxiter": 2000, "xatol": 1e-5, "fatol": 1e-8})
-                for x0 in ((0.0, -2.0), (2.0, -1.0), (-3.0, 0.0))), key=lambda r: float(r.fun))
-    return TtftFit(excess_steps=float(np.exp(best.x[0])), burst_s=float(np.exp(best.x[1])) if has_burst else 0.0)
+    opts = {"maxiter": 3000, "xatol": 1e-5, "fatol": 1e-8}
+    best = min((minimize(loss, np.array(x0), method="Nelder-Mead", options=opts) for x0 in STARTS),
+               key=lambda r: float(r.fun))
+    return TtftFit(excess_steps=float(np.exp(best.x[0])), burst_s=float(np.exp(best.x[1])) if has_burst else 0.0,
+                   pcie_comm=float(np.exp(best.x[2])) if has_comm else 0.0)
 
 
 def held_out(rows: TtftRows, m: np.ndarray,
@@ -142,6 +159,16 @@ def held_out(rows: TtftRows, m: np.ndarray,
 MIN_INTERVAL_ROWS = 5  # fewer burst rows than this: burst rows take the other rows' interval
 
 
+def _conformal_ranks(n: int) -> list[int]:
+    """0-based ranks of the sorted held-out residuals that bound a two-sided ``LEVEL`` interval (split-conformal
+    order statistics: the ⌊(n+1)·α/2⌋-th and ⌈(n+1)·(1−α/2)⌉-th of n, clipped to the sample), so a small
+    sample's interval is not narrower than its level allows (a plain percentile of 10 residuals under-covers)."""
+    a = (1.0 - LEVEL) / 2.0
+    lo = int(np.floor((n + 1) * a + 1e-9)) - 1  # 1e-9: (1 − 0.8) / 2 is 0.0999… in binary
+    hi = int(np.ceil((n + 1) * (1.0 - a) - 1e-9)) - 1
+    return [min(max(lo, 0), n - 1), min(max(hi, 0), n - 1)]
+
+
 def interval_factors(rows: TtftRows, m: np.ndarray) -> tuple[tuple[float, float], tuple[float, float] | None]:
     """80 % interval factors (the other rows', the burst rows') from rows ``m``'s held-out log residuals
     (10th and 90th percentiles, widened to contain 1 so the interval holds the prediction); the burst
@@ -150,8 +177,9 @@ def interval_factors(rows: TtftRows, m: np.ndarray) -> tuple[tuple[float, float]
     burst = rows.burst >= BURST_INTERVAL_SHARE
 
     def factors(sel: np.ndarray) -> tuple[float, float]:
-        r = np.log(rows.y[sel] / p[sel])
-        lo, hi = np.quantile(r[np.isfinite(r)], [(1 - LEVEL) / 2, (1 + LEVEL) / 2])
+        r = np.sort(np.log(rows.y[sel] / p[sel]))
+        r = r[np.isfinite(r)]
+        lo, hi = r[_conformal_ranks(r.size)]
         return float(min(np.exp(lo), 1.0)), float(max(np.exp(hi), 1.0))
 
     other = m & ~burst
@@ -193,7 +221,7 @@ def ttft_scores(records: pd.DataFrame, catalog: Catalog, predictor: Any = None) 
             f_lo, f_hi = fold_fit.factors(float(rows.burst[i]))  # type: ignore[misc]
             lo[i], hi[i] = fitted[i] * f_lo, fitted[i] * f_hi
         t = fit_terms(rows, train)
-        folds[g] = {"excess_steps": round(t.excess_steps, 3), "burst_s": round(t.burst_s, 4),
+        folds[g] = {"excess_steps": round(t.excess_steps, 3), "burst_s": round(t.burst_s, 4), "pcie_comm": round(t.pcie_comm, 3),
                     "interval": [round(x, 3) for x in base],
                     "burst_interval": None if burst is None else [round(x, 3) for x in burst]}
 

@@ -3,6 +3,7 @@ expert-, data- and pipeline-parallel rows scored with `predict`'s layout path, a
 from __future__ import annotations
 
 import importlib.util
+import sys
 
 import pytest
 
@@ -15,6 +16,7 @@ def _tool():  # type: ignore[no-untyped-def]
     spec = importlib.util.spec_from_file_location("score_layouts", SCRIPT)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up
     spec.loader.exec_module(mod)
     return mod
 

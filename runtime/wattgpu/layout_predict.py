@@ -14,7 +14,8 @@ How the load meets the layout (ASSUMPTIONS, stated in every answer's ``method``)
   says overloaded and holds the throughput at capacity.
 
 Figures are roofline estimates (bytes / bandwidth, FLOPs / peak, link transfers, the pipeline bubble): on the
-measured expert- and data-parallel rows they read ITL low and power low (reports/parallel.md).
+measured expert-, data- and pipeline-parallel rows their ITL reads far low (reports/parallel.md,
+``python tools/score_layouts.py``).
 """
 from __future__ import annotations
 
@@ -232,8 +233,8 @@ def predict_layout(gpu: Any, llm: Any, wl: Any, lay: L.Layout, model: str | None
     max_qps = cap / _request_s(full, wl.output_tokens)
     idle = L.idle_power_w(gpu)
     warnings = [f"{METHOD} figures of the layout (bytes / bandwidth, FLOPs / peak, link transfers, the pipeline "
-                "bubble), not the learned models: on measured expert- and data-parallel runs they read ITL and "
-                "power low (reports/parallel.md)"]
+                "bubble), not the learned models: the ITL is a floor, well below measured expert-, data- and "
+                "pipeline-parallel runs (reports/parallel.md)"]
     if lay.nodes > 1:
         warnings.append(f"spans {lay.nodes} nodes over {lay.link.name}: start vLLM with its multi-node options")
     if wl.kind == "server":

@@ -89,7 +89,7 @@ def test_predict_and_the_rank_search_call_the_same_code() -> None:
 def test_a_layout_that_cannot_hold_the_model_names_the_field_and_the_fix() -> None:
     out = CliRunner().invoke(main, ["predict", "--llm", R1, "--gpu", "H100 SXM", "--tp", "8", "--ep", "on"])
     assert out.exit_code == 2 and "Traceback" not in out.output
-    assert "field 'pp'" in out.output and "does not fit" in out.output and "tp 8, pp 2, ep on, nodes 2" in out.output
+    assert "field 'dp'" in out.output and "does not fit" in out.output and "tp 8, dp 2, ep on, nodes 2" in out.output
     # the tensor-parallel path points at a layout too
     out = CliRunner().invoke(main, ["predict", "--llm", R1, "--gpu", "H100 SXM", "--tp", "8"])
     assert out.exit_code == 2 and "a layout across nodes: tp 8, pp 2, nodes 2" in out.output
@@ -168,7 +168,7 @@ def test_service_answers_what_the_cli_answers() -> None:
     assert r.json() == cli_json(*R1_H100)
     q = call(app, "POST", "/v1/predict", {"gpu": "H200 SXM", "llm": QWEN, "dp": 8, "ep": True})
     assert q.status_code == 200 and q.json() == cli_json(*QWEN_H200)
-    for bad, field in (({"gpu": "H100 SXM", "llm": R1, "ep": True, "workload": {"tp": 8}}, "pp"), ({**body, "ep": "maybe"}, "ep"),
+    for bad, field in (({"gpu": "H100 SXM", "llm": R1, "ep": True, "workload": {"tp": 8}}, "dp"), ({**body, "ep": "maybe"}, "ep"),
                        ({**body, "nodes": 10**400}, "nodes"), ({**body, "interconnect": "pigeon"}, "interconnect")):
         r = call(app, "POST", "/v1/predict", bad)
         assert r.status_code == 422, r.text

@@ -84,15 +84,15 @@ def _args(lay: L.Layout) -> str:
 def smallest_layout(gpu: Any, llm: Any, wl: Any, like: L.Layout | None = None,
                     tp: int = 1) -> tuple[L.Layout, L.Fit] | None:
     """The layout of ``gpu`` with the fewest GPUs (on up to :data:`SUGGEST_UP_TO_NODES` nodes) that holds ``llm``
-    under ``wl``'s memory settings, closest to ``like`` (default: ``tp`` GPUs; its tp and ep kept where possible);
-    None if none does."""
+    under ``wl``'s memory settings: of those, ``like``'s expert parallelism on or off (default: ``tp`` GPUs, no EP),
+    the fewest pipeline stages, the fewest engines, a tp closest to ``like``'s; None if none does."""
     per_node = gpus_per_node(gpu)
     like = like or L.Layout(tp=min(tp, per_node), gpus_per_node=per_node)
-    best: tuple[tuple[int, int, int], L.Layout, L.Fit] | None = None
+    best: tuple[tuple[int, ...], L.Layout, L.Fit] | None = None
     for cand in L.candidate_layouts(gpu, llm, max_nodes=max(SUGGEST_UP_TO_NODES, like.nodes),
                                     gpus_per_node=like.gpus_per_node, interconnect=like.interconnect):
         f = L.fit(gpu, llm, cand, wl.context_tokens, wl.gpu_memory_utilization, wl.kv_cache_dtype)
-        key = (cand.gpus, int(cand.ep != like.ep) + int(cand.tp != like.tp), cand.pp)
+        key = (cand.gpus, int((cand.ep > 1) != (like.ep > 1)), cand.pp, cand.dp, abs(cand.tp - like.tp))
         if f.fits and (best is None or key < best[0]):
             best = (key, cand, f)
     return None if best is None else (best[1], best[2])
@@ -118,7 +118,7 @@ def fit_error(gpu: Any, llm: Any, lay: L.Layout, wl: Any) -> SpecValidationError
                                    f"layout of up to {SUGGEST_UP_TO_NODES} nodes does (a GPU with more memory, "
                                    "or --dtype fp8 / int4)")
     cand, cf = found
-    changed = next((k for k in ("pp", "nodes", "dp", "ep", "tp") if getattr(cand, k) != getattr(lay, k)), "pp")
+    changed = next((k for k in ("pp", "dp", "ep", "tp", "nodes") if getattr(cand, k) != getattr(lay, k)), "pp")
     return SpecValidationError("workload", changed, getattr(lay, changed), f"a layout that holds the model: {why}; "
                                f"e.g. {suggestion(cand, cf)}")
 

@@ -270,7 +270,7 @@ class Estimate:
         return self.power_per_gpu_w * self.layout.gpus
 
 
-def estimate(gpu: Any, llm: Any, lay: Layout, batch: int, input_tokens: int, output_tokens: int,
+def estimate(gpu: Any, llm: Any, lay: Layout, batch: float, input_tokens: int, output_tokens: int,
              micro_batches: int | None = None, kv_cache_dtype: str = "auto") -> Estimate:
     """Roofline ITL, TTFT, tokens/s and power of ``lay`` decoding ``batch`` sequences (spread over the DP ranks,
     each rank's share cut into ``micro_batches`` — default ``pp`` — micro-batches in the pipeline)."""

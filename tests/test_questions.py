@@ -17,7 +17,7 @@ HUGE = int("9" * 400)
 
 
 def _number_paths(req: questions.Request) -> list[str]:
-    return [p.path for p in req.params if p.body is not None and p.kind in ("number", "integer", "group", "replicas")]
+    return [p.path for p in req.params if p.body is not None and p.kind in ("number", "integer", "group", "replicas", "switch")]
 
 
 def _body(base: dict[str, Any], path: str, value: Any) -> dict[str, Any]:

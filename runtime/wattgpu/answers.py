@@ -7,7 +7,7 @@ dicts as HTTP bodies, so the two cannot drift apart.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from .energy import Prices
 from .errors import WattGPUError
@@ -18,10 +18,18 @@ from .workload import Workload
 
 def predict_answer(predictor: Any, gpu: Any, llm: Any, workload: Workload, *, dtype: str = "auto",
                    max_itl_ms: float | None = None, max_ttft_ms: float | None = None,
-                   prices: Prices = (None, None, 1.0, None)) -> dict[str, Any]:
+                   prices: Prices = (None, None, 1.0, None), layout: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """``wattgpu predict --json``: ``Prediction.to_dict(prices)``, and ``sla`` only when an SLA is
-    given (the batch cap 1, 2, 4, … that meets it at the lowest energy per token)."""
+    given (the batch cap 1, 2, 4, … that meets it at the lowest energy per token). With ``layout`` fields (``pp``,
+    ``dp``, ``ep``, ``nodes``, ``interconnect``) that ask for more than one tensor-parallel group, the layout's
+    answer instead (:func:`wattgpu.layout_predict.predict_answer`)."""
+    from . import layout_predict
     from .quant import with_dtype
+
+    if layout and layout_predict.wants_layout(layout):
+        return layout_predict.predict_answer(predictor, gpu, llm, workload, layout, dtype=dtype,
+                                             max_itl_ms=max_itl_ms, max_ttft_ms=max_ttft_ms, prices=prices)
+    layout_predict.check_no_layout(layout or {})
 
     spec = with_dtype(predictor.resolve_llm(llm), dtype)
     sla: dict[str, Any] | None = None

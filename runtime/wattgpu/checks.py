@@ -134,7 +134,11 @@ def _fit_fix(g: GpuSpec, m: LlmSpec, w: Workload) -> tuple[str, int | None]:
     if tp is not None:
         fixes.append(f"split it over {tp} of these GPUs (tp={tp})")
     elif (g.max_group or 1) > 1 and not fixes:
-        return f"use a larger GPU: no group of up to {g.max_group} of these GPUs holds it", None
+        from .layout_predict import smallest_layout, suggestion
+
+        found = smallest_layout(g, m, w, tp=w.tp)
+        across = f", or a layout across nodes: {suggestion(*found)}" if found is not None else ""
+        return f"use a larger GPU (no group of up to {g.max_group} of these GPUs holds it){across}", None
     return ", ".join(fixes) + (" or " if fixes else "") + "use a larger GPU", tp
 
 

@@ -32,6 +32,8 @@ ACTIVATION_BYTES = parallel.ACTIVATION_BYTES
 ALLTOALL_PER_LAYER = 2  # dispatch + combine
 DEFAULT_GPUS_PER_NODE = 8
 MAX_NODES = 64
+# The largest degree of each layout field (Layout checks them; wattgpu.questions declares the inputs with them).
+LIMITS = {"tp": parallel.MAX_TP, "pp": 256, "dp": 1024, "ep": 4096, "nodes": MAX_NODES, "gpus_per_node": 72}
 DEFAULT_INTERCONNECT = "InfiniBand NDR"
 NVLINK_P2P_LATENCY_S = parallel.NVLINK_CALL_LATENCY_S
 
@@ -93,8 +95,7 @@ class Layout:
     interconnect: str = DEFAULT_INTERCONNECT
 
     def __post_init__(self) -> None:
-        for field, hi in (("tp", parallel.MAX_TP), ("pp", 256), ("dp", 1024), ("ep", 4096), ("nodes", MAX_NODES),
-                          ("gpus_per_node", 72)):
+        for field, hi in LIMITS.items():
             object.__setattr__(self, field, _whole(field, getattr(self, field), hi))
         if self.ep not in (1, self.tp * self.dp):
             raise SpecValidationError("workload", "ep", self.ep, f"1 (experts split with TP) or tp × dp = "
@@ -269,7 +270,7 @@ class Estimate:
         return self.power_per_gpu_w * self.layout.gpus
 
 
-def estimate(gpu: Any, llm: Any, lay: Layout, batch: int, input_tokens: int, output_tokens: int,
+def estimate(gpu: Any, llm: Any, lay: Layout, batch: float, input_tokens: int, output_tokens: int,
              micro_batches: int | None = None, kv_cache_dtype: str = "auto") -> Estimate:
     """Roofline ITL, TTFT, tokens/s and power of ``lay`` decoding ``batch`` sequences (spread over the DP ranks,
     each rank's share cut into ``micro_batches`` — default ``pp`` — micro-batches in the pipeline)."""
@@ -331,10 +332,15 @@ def estimate(gpu: Any, llm: Any, lay: Layout, batch: int, input_tokens: int, out
     duty = (1.0 - bubble) * stage_compute / stage * float(physics.roofline_duty(
         _f(stage_compute), _f(layers), _f(physics.LAYER_OVERHEAD_DEFAULT_S)))
     busy = float(physics.duty_power_w(_f(gpu.tdp_w), _f(duty)))
-    idle = float(physics.idle_power_w(_f(gpu.idle_power_w if gpu.idle_power_w else math.nan), _f(gpu.tdp_w)))
+    idle = idle_power_w(gpu)
     per_gpu = min(max(busy, idle), float(gpu.tdp_w))
     return Estimate(lay, int(batch), itl, ttft, bubble, tokens_per_s, per_gpu, per_gpu * lay.gpus_on_busiest_node,
                     a2a, p2p, allreduce)
+
+
+def idle_power_w(gpu: Any) -> float:
+    """A GPU's idle power with a model loaded: measured, else the physics default share of TDP."""
+    return float(physics.idle_power_w(_f(gpu.idle_power_w if gpu.idle_power_w else math.nan), _f(gpu.tdp_w)))
 
 
 def vllm_parallel_args(lay: Layout) -> list[str]:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from . import layout as L
+from .layout_predict import running_batch
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ def best_layouts(gpus: Iterable[Any], llm: Any, max_batch: int, input_tokens: in
             if not f.fits:
                 continue
             fits_any = True
-            batch = min(max_batch * lay.dp, f.sequences)
+            batch = running_batch(max_batch, lay, f)
             e = L.estimate(gpu, llm, lay, batch, input_tokens, output_tokens, kv_cache_dtype=kv_cache_dtype)
             if max_itl_ms is not None and e.itl_s * 1e3 > max_itl_ms:
                 continue

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 from .energy import PRICE_RANGES
 from .errors import SpecValidationError, WattGPUError, _short
 from .fleet import MAX_REPLICAS
-from .layout import DEFAULT_INTERCONNECT, INTERNODE_LINKS, MAX_NODES
+from .layout import DEFAULT_INTERCONNECT, INTERNODE_LINKS, LIMITS, MAX_NODES
 from .parallel import MAX_TP
 from .quant import DTYPE_ALIASES, DTYPE_OVERRIDES
 from .rules import ChoiceRule, NumberRule
@@ -24,7 +24,9 @@ from .workload import ENGINES, WORKLOAD_CHOICES, WORKLOAD_NUMBERS, Workload
 # Kinds of fields: numbers and choices are checked by their rule; the others by the code that reads them
 # (a GPU or LLM name or inline object, a list of GPUs, a TP group size or "auto", a replica count or "auto").
 KINDS_OF_FIELD = ("number", "integer", "boolean", "choice", "text", "gpu", "llm", "gpus", "group", "replicas",
-                  "workload", "rows", "path", "paths")
+                  "switch", "workload", "rows", "path", "paths")
+# A "switch" is on/off or a degree (vLLM's --enable-expert-parallel, or the expert-parallel size): these words.
+SWITCH_WORDS = {"on": True, "true": True, "yes": True, "off": False, "false": False, "no": False}
 MAX_SLA_MS = 1e9  # about 11.6 days: any larger latency limit is a unit mistake
 MAX_MODEL_LEN = 2 * 1_048_576
 
@@ -71,6 +73,8 @@ class Param:
         rule = self.rule
         if rule is None:
             return value
+        if self.kind == "switch":
+            return self._switch(value)
         if self.kind in ("group", "replicas") and isinstance(value, str):
             text = value.strip().lower()
             try:
@@ -84,6 +88,24 @@ class Param:
             return value  # the reader parses the text
         try:
             return rule.check("", self.name, value)
+        except SpecValidationError:
+            raise FieldError(self, value) from None
+
+    def _switch(self, value: Any) -> bool | int:
+        """A switch: True/False (also on/off, yes/no as text) or a whole number checked by the rule."""
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str):
+            text = value.strip().lower()
+            if text in SWITCH_WORDS:
+                return SWITCH_WORDS[text]
+            try:
+                value = float(text)
+            except ValueError:
+                raise FieldError(self, value) from None
+        assert self.rule is not None
+        try:
+            return int(self.rule.check("", self.name, value))  # type: ignore[arg-type]
         except SpecValidationError:
             raise FieldError(self, value) from None
 
@@ -221,7 +243,29 @@ LAYOUT_SEARCH = (
           flag="--interconnect", show_default=True),
 )
 
-PREDICT = Request("predict", (GPU, LLM, WORKLOAD, DTYPE, *SLA, *PRICES), "One LLM on one GPU.", ("gpu", "llm"))
+# A layout beyond one tensor-parallel group (wattgpu.layout): with any of these, `predict` answers the layout's
+# roofline figures (wattgpu.layout_predict); tp is the workload's.
+LAYOUT = (
+    Param("pp", "Pipeline-parallel stages (vLLM --pipeline-parallel-size): the layers cut into this many stages, "
+          "one after the other (across nodes: --nodes). Gives a layout prediction (roofline figures).", "integer",
+          rule=_number(1, LIMITS["pp"], integer=True), flag="--pp",
+          expected=f"a whole number of stages in [1, {LIMITS['pp']}]"),
+    Param("dp", "Data-parallel engines (vLLM --data-parallel-size), each serving its share of the sequences; "
+          "with --ep on a MoE model, attention data parallelism. Gives a layout prediction.", "integer",
+          rule=_number(1, LIMITS["dp"], integer=True), flag="--dp",
+          expected=f"a whole number of engines in [1, {LIMITS['dp']}]"),
+    Param("ep", "Expert parallelism for a MoE model (vLLM --enable-expert-parallel): on/off, or its degree, which "
+          "vLLM sets to tp × dp. Gives a layout prediction.", "switch", rule=_number(1, LIMITS["ep"], integer=True),
+          flag="--ep", expected=f"on, off, true, false, or a whole number of GPUs in [1, {LIMITS['ep']}] (tp × dp)"),
+    Param("nodes", "Nodes the layout spans (default: tp × pp × dp GPUs over nodes of 8, or of the GPU's largest "
+          "group). Gives a layout prediction.", "integer", rule=_number(1, MAX_NODES, integer=True),
+          flag="--nodes", expected=f"a whole number of nodes in [1, {MAX_NODES}]"),
+    Param("interconnect", "With a layout on several nodes: the network between them (data/catalog/"
+          f"internode_links.csv; also ndr, xdr, roce, roce200). [default: {DEFAULT_INTERCONNECT}]", "choice",
+          rule=INTERCONNECT_RULE, flag="--interconnect"),
+)
+PREDICT = Request("predict", (GPU, LLM, WORKLOAD, DTYPE, *SLA, *PRICES, *LAYOUT), "One LLM on one GPU, one "
+                  "tensor-parallel group, or a layout (pp, dp, ep, nodes).", ("gpu", "llm"))
 RANK = Request("rank", (
     LLM, WORKLOAD, DTYPE, *SLA,
     Param("strict", "Judge the SLA by the ITL interval's upper bound (95%, else 80%).", "boolean", default=False,

@@ -1,7 +1,10 @@
-"""The table ``rank --parallel auto`` prints: one row per GPU type, its best layout and the vLLM launch line."""
+"""The table ``rank --parallel auto`` prints (one row per GPU type, its best layout and the vLLM launch line), and
+``predict``'s answer for one layout."""
 from __future__ import annotations
 
 import shlex
+from typing import Any
+
 import click
 
 from .. import layout as L
@@ -36,3 +39,48 @@ def print_layouts(res: LayoutRanking, show_launch: bool = False) -> None:
         click.echo("excluded:")
         for name, why in res.excluded:
             click.echo(f"    {name}: {why}")
+
+
+def print_layout_prediction(p: dict[str, Any], pue: float, usd_per_gpu_hour: float | None) -> None:
+    """Print ``predict``'s answer for a layout (``p``: :data:`wattgpu.record.LAYOUT_PREDICTION`'s JSON) for
+    people."""
+    from ..cli.base import num
+
+    lay, wl, e = p["layout"], p["workload"], p["energy"]
+    link = f", {lay['interconnect']} between nodes" if lay["nodes"] > 1 else ""
+    ms = lambda key: f"{p[key] * 1e3:.2f} ms"  # noqa: E731
+    rows = [
+        ("LLM", p["llm"]), ("GPU", p["gpu"]),
+        ("layout", f"{p['label']}: {p['gpus']} GPUs{link}"),
+        ("workload", f"{wl['kind']}, engine {wl['engine']}, {p['effective_batch']:.1f} sequences decoding (the KV "
+                     f"cache holds {p['kv_sequences']})"),
+        ("memory per GPU", f"weights {p['weight_gb_per_gpu']:.1f} GB, KV cache {p['kv_budget_gb_per_gpu']:.1f} GB"),
+        ("mean power", f"{p['power_w']:.0f} W per GPU; {p['power_per_node_w'] / 1e3:.2f} kW per node; "
+                       f"{p['total_power_w'] / 1e3:.2f} kW for {p['gpus']} GPUs"),
+        ("ITL (per sequence)", f"{p['itl_s'] * 1e3:.1f} ms/token (per decode step: all-reduce {ms('allreduce_s_per_step')}, "
+                               f"all-to-all {ms('alltoall_s_per_step')}, stage links {ms('p2p_s_per_step')}; "
+                               f"pipeline bubble {p['bubble']:.0%})"),
+        ("TTFT", f"{p['ttft_s'] * 1e3:.1f} ms (prefill of one prompt on an idle layout, no queueing)"),
+        ("end-to-end latency", f"{p['e2e_latency_s']:.2f} s per request (TTFT + {wl['output_tokens'] - 1} × ITL)"),
+        ("throughput", f"{num(p['throughput_tok_s'], '.1f')} tokens/s"),
+        ("capacity", f"at most {p['max_qps']:.3g} req/s, utilization {p['utilization']:.0%}"),
+        ("energy (GPU only)", f"{num(e['j_per_token'], '.3f')} J/token, {num(e['wh_per_request'], '.3f')} Wh/request, "
+                              f"{num(e['kwh_per_mtok'], '.3f')} kWh per million tokens (all {p['gpus']} GPUs)"),
+        ("baselines", f"TDP {p['baselines']['tdp_w']:.0f} W, load-scaled TDP {p['baselines']['ls_tdp_w']:.0f} W per GPU"),
+    ]
+    if e["usd_per_mtok"] is not None:
+        rows.append(("cost", f"${num(e['usd_per_mtok'], '.4f')} per million tokens (PUE {pue:g})"))
+    if e["usd_per_mtok_gpu_hours"] is not None:
+        rows.append(("GPU rent", f"${num(e['usd_per_mtok_gpu_hours'], '.4f')} per million tokens "
+                                 f"(${usd_per_gpu_hour:g} per GPU-hour × {p['gpus']} GPUs)"))
+    if e["gco2_per_mtok"] is not None:
+        rows.append(("carbon", f"{num(e['gco2_per_mtok'], '.1f')} gCO2e per million tokens (PUE {pue:g})"))
+    sla = p.get("sla")
+    if sla is not None:
+        rows.insert(3, ("SLA", "met" if sla["met"] else f"not met: {sla['reason']}"))
+    rows.append(("launch", shlex.join(p["launch_args"])))
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        click.echo(f"{k:<{width}}  {v}")
+    for w in p["warnings"]:
+        click.echo(w if w.startswith("overloaded:") else f"note: {w}")

@@ -26,19 +26,25 @@ ITL = field("itl_s")  # scaled, formatted and named for people as the output dec
 @price_options
 @options(p for p in Q.BATCH.params if p.body is None)
 @options(Q.PREDICT.param(n) for n in ("max_itl_ms", "max_ttft_ms"))
+@options(Q.LAYOUT)
 @click.option("--json", "as_json", is_flag=True, help="Print stable JSON (every key explained in docs/json.md).")
 @models_option
 @guarded
 def predict(llm: str | None, gpu: str | None, as_json: bool, usd_per_kwh: float | None, gco2_per_kwh: float | None,
             pue: float, usd_per_gpu_hour: float | None, max_itl_ms: float | None, max_ttft_ms: float | None,
             input_csv: str | None, output_csv: str | None, on_error: str, errors_csv: str | None, lenient: bool,
-            dtype: str, models: str | None, **wl: Any) -> None:
+            dtype: str, models: str | None, pp: int | None = None, dp: int | None = None, ep: str | None = None,
+            nodes: int | None = None, interconnect: str | None = None, **wl: Any) -> None:
     """Predict power, ITL, throughput and energy for one LLM on one GPU (or many rows with --input)."""
     from ..errors import WattGPUError
 
     if errors_csv is not None and input_csv is None:
         raise WattGPUError("--errors goes with --input (it lists the CSV rows that were skipped)")
+    layout = {"pp": pp, "dp": dp, "ep": ep, "nodes": nodes, "interconnect": interconnect}
     if input_csv is not None or output_csv is not None:
+        if any(v is not None for v in layout.values()):
+            raise WattGPUError("--pp/--dp/--ep/--nodes/--interconnect apply to one --llm/--gpu (a layout), not to "
+                               "--input rows")
         if input_csv is None or output_csv is None:
             raise WattGPUError("--input and --output go together (CSV in, CSV out)")
         if llm is not None or gpu is not None:
@@ -76,10 +82,16 @@ def predict(llm: str | None, gpu: str | None, as_json: bool, usd_per_kwh: float 
     from ..answers import predict_answer
 
     p = predict_answer(_predictor(models), gpu, llm, make_workload(**wl), dtype=dtype, max_itl_ms=max_itl_ms,
-                       max_ttft_ms=max_ttft_ms, prices=(usd_per_kwh, gco2_per_kwh, pue, usd_per_gpu_hour))
+                       max_ttft_ms=max_ttft_ms, prices=(usd_per_kwh, gco2_per_kwh, pue, usd_per_gpu_hour),
+                       layout=layout)
     sla = p.get("sla")
     if as_json:
         click.echo(json.dumps(p, indent=2, sort_keys=True))
+        return
+    if "layout" in p:
+        from .layout_table import print_layout_prediction
+
+        print_layout_prediction(p, pue, usd_per_gpu_hour)
         return
     e = p["energy"]
     rows = [

@@ -238,8 +238,10 @@ def predict_work(svc: Service, body: dict[str, Any]) -> dict[str, Any]:
     workload = I.workload_input(body.get("workload"))
     max_itl_ms, max_ttft_ms = I.sla_input(body.get("sla"))
     dtype = _dtype(body)
+    layout = {k: body.get(k) for k in ("pp", "dp", "ep", "nodes", "interconnect")}
     return _guard("<request>", lambda: predict_answer(pred, gpu, llm, workload, dtype=dtype, max_itl_ms=max_itl_ms,
-                                                      max_ttft_ms=max_ttft_ms, prices=I.prices_input(body)))
+                                                      max_ttft_ms=max_ttft_ms, prices=I.prices_input(body),
+                                                      layout=layout))
 
 
 def rank_work(svc: Service, body: dict[str, Any]) -> dict[str, Any]:

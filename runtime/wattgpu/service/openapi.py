@@ -53,6 +53,10 @@ def _param_schema(p: Q.Param, ref: Any) -> dict[str, Any]:
     elif kind == "choice":
         assert isinstance(p.rule, ChoiceRule)
         out = {"type": "string", "enum": list(p.rule.spellings)}
+    elif kind == "switch":
+        assert isinstance(p.rule, NumberRule)
+        out = {"oneOf": [{"type": "boolean"}, _number_schema(p.rule, False),
+                         {"type": "string", "enum": sorted(Q.SWITCH_WORDS)}]}
     elif kind in ("group", "replicas"):
         assert isinstance(p.rule, NumberRule)
         out = {"oneOf": [_number_schema(p.rule, False), {"type": "string", "enum": ["auto"]}]}
@@ -140,6 +144,10 @@ def openapi_document() -> dict[str, Any]:
         "Prediction": {**record.json_schema(record.PREDICTION), "description": (
             "Exactly `wattgpu predict --json`: Prediction.to_dict(prices) (fields declared in wattgpu.record), "
             "and `sla` when an SLA was given.")},
+        "LayoutPrediction": {**record.json_schema(record.LAYOUT_PREDICTION), "description": (
+            "`wattgpu predict --json` with a layout (pp, dp, ep or nodes): roofline figures of the layout "
+            "(wattgpu.layout_predict; fields declared in wattgpu.record.LAYOUT_PREDICTION), and `sla` when an SLA "
+            "was given.")},
         "RankCandidate": {**record.json_schema((*record.PREDICTION, *record.RANK_ONLY)), "description":
                           "A prediction plus the rank-only fields (wattgpu.record.RANK_ONLY)."},
         "RankEntry": {**record.json_schema((*record.PREDICTION, *(o for o in record.RANK_ONLY if o.name != "rank"))),
@@ -176,7 +184,9 @@ def openapi_document() -> dict[str, Any]:
                              "responses": {"200": ok("Every catalog LLM", any_list), **get_errors}}},
         "/v1/predict": {"post": {"summary": "One GPU, one LLM (= wattgpu predict --json)", "operationId": "predict",
                                  "requestBody": body("PredictRequest"),
-                                 "responses": {"200": ok("The prediction", ref("Prediction")), **errors}}},
+                                 "responses": {"200": ok("The prediction (with pp, dp, ep or nodes: the layout's)",
+                                                         {"oneOf": [ref("Prediction"), ref("LayoutPrediction")]}),
+                                               **errors}}},
         "/v1/predict/batch": {"post": {"summary": f"Up to {MAX_BATCH_ROWS:,} rows in one vectorised pass",
                                        "operationId": "predictBatch", "requestBody": body("BatchRequest"),
                                        "responses": {"200": ok("One result per row", ref("BatchResult")), **errors}}},

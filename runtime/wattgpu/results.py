@@ -47,7 +47,12 @@ def core(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.C
     server = cols["wl_kind_code"] == SERVER_CODE
     server_rows = [int(k) for k in np.flatnonzero(server)]
     cap = capacities(bundle, evaluate, rows, cols, server_learned)
-    itl = capacity.sub_batch_itl(out[ITL], batch, cap["grid_batch"], cap["grid_itl"])
+    itl, point = capacity.sub_batch(out[ITL], batch, cap["grid_batch"], cap["grid_itl"])
+    sub = np.flatnonzero((point >= 0) & ~server)  # decoding as sub-batches of a grid batch: its power
+    if len(sub):
+        at = point[sub]
+        power[sub] = capacity.served_point_power(evaluate, cols, sub, cap["grid_conc"][sub, at],
+                                                 cap["limit"][sub], server_learned)
     req_s = capacity.request_s(cols, itl)  # server rows' ITL and batch change below, but they never read it
     tokens_per_s = served_token_rate(cols, batch, req_s, cap["max_qps"])
     mix: Mix = {}

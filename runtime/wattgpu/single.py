@@ -120,7 +120,11 @@ def numbers_one(bundle: ModelBundle, row: Row, memo: RowMemo | None = None
             return _server_numbers(bundle, row, c, learned, cap)
         out = evaluate_one(bundle, c)
         power, batch = out["power"], c["eff_batch"]
-        itl = _sub_batch_itl(out["itl"], batch, cap.grid_batch, cap.grid_itl)
+        itl, point = capacity.sub_batch_one(out["itl"], batch, cap.grid_batch, cap.grid_itl)
+        if point >= 0:  # decoding as sub-batches of a grid batch: the power there (as results.core)
+            _, level = capacity.load_point(cap.grid_conc[point], cap.limit, learned)
+            at = row_with_concurrency(c, level, closed_loop=not learned)
+            power = evaluate_one(bundle, at, _POWER_ONLY)[POWER]
         req_s = capacity.request_s(c, itl)  # type: ignore[arg-type]  # floats: the same operations
         rate = served_token_rate(c, batch, req_s, cap.max_qps)  # type: ignore[arg-type]
         numbers = finish(power, itl, batch, 1.0, rate, c["gpu_tdp_w"], c["wl_output_tokens"], False, c["wl_tp"])
@@ -185,6 +189,7 @@ def _server_numbers(bundle: ModelBundle, row: Row, c: dict[str, float], learned:
 
 
 _ITL_ONLY = (ITL,)
+_POWER_ONLY = (POWER,)
 
 
 def _capacity(bundle: ModelBundle, row: Row, c: dict[str, float], learned: bool) -> Capacity:
@@ -200,15 +205,6 @@ def _capacity(bundle: ModelBundle, row: Row, c: dict[str, float], learned: bool)
 def _array_row(c: dict[str, float]) -> F.Columns:
     """One row of float columns as one-row arrays (for the vectorised code it shares)."""
     return {k: np.array([v]) for k, v in c.items() if not k.startswith("feature:")}
-
-
-def _sub_batch_itl(itl: float, batch: float, grid_batch: tuple[float, ...], grid_itl: tuple[float, ...]) -> float:
-    """:func:`capacity.sub_batch_itl` of one row on floats (same operations, so the same bits)."""
-    best = 0.0
-    for b, i in zip(grid_batch, grid_itl):
-        if b <= batch and math.isfinite(i) and i > 0.0:
-            best = max(best, b / i)
-    return ops.minimum(itl, batch / best) if best > 0.0 else itl
 
 
 def predict_one(bundle: ModelBundle, row: Row) -> Prediction | None:

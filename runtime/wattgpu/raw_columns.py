@@ -113,12 +113,30 @@ def columns(rows: Iterable[tuple[GpuSpec, LlmSpec, Workload]]) -> Columns:
         slot: dict[int, int] = {}
         index = [slot.setdefault(i, len(slot)) for i in ids]  # first-seen order
         by_id = dict(zip(ids, specs))
-        distinct = [values(by_id[i]) for i in slot]
+        distinct = [_memo_values(by_id[i], values) for i in slot]
         table = np.array(distinct, dtype=np.float64).reshape(len(distinct), len(keys))
         gathered = table.T[:, np.asarray(index, dtype=np.intp)]  # [keys, rows], each row contiguous
         for j, key in enumerate(keys):
             out[key] = gathered[j]
     return derive(out)
+
+
+_VALUES: dict[tuple[int, Callable[[Any], tuple[float, ...]]], tuple[Any, tuple[float, ...]]] = {}
+_VALUES_LIMIT = 4096
+
+
+def _memo_values(spec: Any, values: Callable[[Any], tuple[float, ...]]) -> tuple[float, ...]:
+    """``values(spec)``, read once per spec object (specs and workloads are frozen): a catalog's GPUs are
+    read once, not on every batch. Keyed by ``id`` and holding the object, so a hit is checked by identity."""
+    key = (id(spec), values)
+    hit = _VALUES.get(key)
+    if hit is not None and hit[0] is spec:
+        return hit[1]
+    if len(_VALUES) > _VALUES_LIMIT:
+        _VALUES.clear()
+    got = values(spec)
+    _VALUES[key] = (spec, got)
+    return got
 
 
 def gpu_columns(g: GpuSpec) -> dict[str, float]:

@@ -242,3 +242,17 @@ def test_rank_entries_equal_the_dataclass_constructor() -> None:
     p = res.candidates[0]
     with pytest.raises(TypeError, match="missing"):
         extend(p, {"replicas": 2})
+
+
+def test_predictions_equal_the_dataclass_constructor() -> None:
+    """results.prediction builds a Prediction without its __init__: the same fields as the constructor's,
+    on the vectorised and the scalar path, server rows included."""
+    from dataclasses import fields
+
+    pred = default_predictor()
+    rows = [("NVIDIA H100 SXM5 80GB", "meta-llama/Llama-3.1-8B-Instruct", w)
+            for w in (Workload(), Workload(kind="server", qps=2.0), Workload(kind="closed_loop", concurrency=8.0))]
+    got = [*pred.predict_many(rows), *(pred.predict(*r) for r in rows)]
+    for p in got:
+        assert type(p) is Prediction
+        assert Prediction(**{f.name: getattr(p, f.name) for f in fields(Prediction)}) == p

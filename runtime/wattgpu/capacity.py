@@ -81,7 +81,8 @@ def capacity_table(evaluate: Callable[[F.Columns], dict[str, np.ndarray]], tripl
                    cols: F.Columns, learned: bool,
                    max_itl_s: np.ndarray | None = None, itl_scale: float = 1.0) -> dict[str, np.ndarray]:
     """Capacity of each row (vectorised): ``max_qps``, the batch it is reached at (``batch``), the
-    ``itl_s``, busy ``power_w`` and ``request_s`` there, the batch ``limit`` and ``max_concurrency``;
+    ``itl_s``, busy ``power_w`` and ``request_s`` there, the batch ``limit`` and ``max_concurrency``; the grid
+    point of the highest decode throughput ``peak_k`` (-1: none) and the busy power there ``peak_power``;
     the grid itself (rows × points): ``grid_batch``, ``grid_itl``, its concurrencies ``grid_conc`` and
     request times ``grid_req`` (the server solve's bracket, :mod:`wattgpu.serving.solve`).
 
@@ -115,13 +116,21 @@ def capacity_table(evaluate: Callable[[F.Columns], dict[str, np.ndarray]], tripl
         lam = np.where(np.isnan(sla) | (itl[slot] * itl_scale <= sla), lam, 0.0)
     k = np.argmax(lam, axis=1)
     pick = (slot, k)
+    # the grid point whose throughput b / ITL(b) is highest: where the sub-batch bound binds for a row at the
+    # batch limit, its power is this point's (sub_batch); evaluated here with the chosen points, once
+    _, peak = sub_batch(np.full(n, np.inf), limit, batch, itl)
+    peak_k = np.where(peak >= 0, peak, 0)
     # power at each chosen grid point: the same feature row as in the grid (row-wise models), so the
     # same value as evaluating the whole grid, at 1/GRID_POINTS of the cost
-    chosen, back = np.unique(slot * GRID_POINTS + k, return_inverse=True)  # distinct (set-up, grid point)
+    points = np.concatenate([slot * GRID_POINTS + k, np.arange(n) * GRID_POINTS + peak_k])
+    chosen, back = np.unique(points, return_inverse=True)  # distinct (set-up, grid point)
+    back = back.reshape(-1)
     cs, ck = chosen // GRID_POINTS, chosen % GRID_POINTS
     at = request_time(evaluate, cols, uniq[cs], grid[cs, ck], limit[cs], learned, targets=("power",))
+    power = at["res"]["power"]
     return {"max_qps": lam[np.arange(len(triples)), k], "batch": batch[pick], "concurrency": grid[pick],
-            "itl_s": itl[pick], "power_w": at["res"]["power"][back.reshape(-1)], "request_s": req[pick],
+            "itl_s": itl[pick], "power_w": power[back[:len(triples)]], "request_s": req[pick],
+            "peak_k": np.where(peak >= 0, peak, -1)[slot], "peak_power": power[back[len(triples):]][slot],
             "limit": limit[slot], "grid_batch": batch[slot], "grid_itl": itl[slot], "grid_conc": grid[slot],
             "grid_req": req[slot],
             "max_concurrency": np.maximum(cols["fit_sequences"], 0.0)}

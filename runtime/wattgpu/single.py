@@ -121,7 +121,9 @@ def numbers_one(bundle: ModelBundle, row: Row, memo: RowMemo | None = None
         out = evaluate_one(bundle, c)
         power, batch = out["power"], c["eff_batch"]
         itl, point = capacity.sub_batch_one(out["itl"], batch, cap.grid_batch, cap.grid_itl)
-        if point >= 0:  # decoding as sub-batches of a grid batch: the power there (as results.core)
+        if point >= 0 and point == cap.peak_k:  # decoding as sub-batches of a grid batch: the power there
+            power = cap.peak_power  # (as results.core)
+        elif point >= 0:
             _, level = capacity.load_point(cap.grid_conc[point], cap.limit, learned)
             at = row_with_concurrency(c, level, closed_loop=not learned)
             power = evaluate_one(bundle, at, _POWER_ONLY)[POWER]

@@ -251,14 +251,17 @@ def _option_of(p: Any, row: tuple[Any, Any, Workload], strict: bool) -> _Option:
 def _options_of(ev: Any, variants: Sequence[tuple[Any, Any, Workload]], strict: bool) -> list[_Option]:
     """Options read from the arrays (``strict`` needs each Prediction's interval)."""
     out = []
+    # plain lists, read once (no numpy scalar per row and field)
+    ttft, itl, over, j, qps, bad = ([] if not ev.slot else ev.numbers[k].tolist() for k in (
+        "ttft_s", "itl_s", "overloaded", "energy_per_token_j", "max_qps", "not_finite"))
     for i, row in enumerate(variants):
-        if strict or ev.errors[i] is not None or ev.numbers["not_finite"][ev.slot[i]]:
+        k = ev.slot.get(i)
+        if strict or ev.errors[i] is not None or k is None or bad[k]:
             out.append(_option_of(ev.prediction(i), row, strict))
             continue
-        ttft, itl, over, j, qps = (float(ev.numbers[k][ev.slot[i]]) for k in (
-            "ttft_s", "itl_s", "overloaded", "energy_per_token_j", "max_qps"))
-        out.append(_Option(partial(ev.prediction, i), row, True, bool(over), j, itl, itl,
-                           ttft if math.isfinite(ttft) else None, qps))
+        t = ttft[k]
+        out.append(_Option(partial(ev.prediction, i), row, True, bool(over[k]), j[k], itl[k], itl[k],
+                           t if math.isfinite(t) else None, qps[k]))
     return out
 
 

@@ -74,7 +74,7 @@ def core(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.C
     overloaded = (util > 1.0 + 1e-9) & server
     numbers.update(max_qps=cap["max_qps"], utilization=np.where(overloaded, util, np.minimum(util, 1.0)),
                    max_concurrency=cap["max_concurrency"], overloaded=overloaded)  # > 1 only when overloaded
-    budget = np.array([latency.prefill_budget(g, w) for g, _, w in rows], dtype=np.float64)
+    budget = prefill_budgets(rows)
     clients = np.where(cols["wl_kind_code"] == CLOSED_LOOP_CODE, cols["wl_concurrency"], np.nan)
     wait = latency.closed_loop_wait(clients, tokens_per_s / cols["wl_output_tokens"], req_s)
     if server_rows:
@@ -87,6 +87,19 @@ def core(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.C
                                        ttft_fit.of(bundle), np.array([w.burst for _, _, w in rows])))
     apply_ttft(bundle, cols, numbers)  # a calibrated bundle's TTFT scale (wattgpu.calibration)
     return numbers, mix
+
+
+def prefill_budgets(rows: Sequence[Row]) -> np.ndarray:
+    """:func:`latency.prefill_budget` of every row, computed once per (GPU, batch cap)."""
+    seen: dict[tuple[int, int], float] = {}
+    out = []
+    for g, _, w in rows:
+        key = (id(g), w.max_batch)
+        v = seen.get(key)
+        if v is None:
+            v = seen[key] = latency.prefill_budget(g, w)
+        out.append(v)
+    return np.array(out, dtype=np.float64)
 
 
 class Capacity(NamedTuple):

@@ -31,6 +31,7 @@ from .calibration import apply_ttft
 from .calibration import of as calibration_of
 from .checks import NO_KV_CACHE
 from .prediction import Prediction
+from .derived import SETUP_COLUMNS, derive_load, derive_setup
 from .raw_columns import row_with_concurrency
 from .results import (CLOSED_LOOP_CODE, ROW_COLUMNS, Capacity, RowMemo, finish, latency_numbers, memo_for, prediction,
                       served_token_rate, utilization)
@@ -105,8 +106,7 @@ def numbers_one(bundle: ModelBundle, row: Row, memo: RowMemo | None = None
         if memo is None:
             c = F.row_columns(row)
         else:
-            c = F.row_columns(row, (memo.spec(g, F.gpu_columns), memo.spec(llm, F.llm_columns),
-                                    memo.spec(wl, F.workload_columns)))
+            c = _row_columns(row, memo)
         if not c["fit_sequences"] >= 1:
             return None
         learned = "server" in bundle.schema.domain.get("kinds", ())
@@ -144,6 +144,21 @@ def numbers_one(bundle: ModelBundle, row: Row, memo: RowMemo | None = None
     numbers.update(max_qps=cap.max_qps, utilization=util, max_concurrency=ops.maximum(c["fit_sequences"], 0.0),
                    overloaded=False)  # overload is a server state (below)
     return c, numbers, None
+
+
+def _row_columns(row: Row, memo: RowMemo) -> dict[str, float]:
+    """:func:`features.row_columns` of ``row`` with its spec columns and its load-free set-up columns
+    (:func:`derived.derive_setup`, per GPU, LLM and engine set-up) from ``memo``; the same floats."""
+    g, llm, wl = row
+    c = {**memo.spec(g, F.gpu_columns), **memo.spec(llm, F.llm_columns), **memo.spec(wl, F.workload_columns)}
+    key = ("setup", capacity._key(row, False))
+    setup = memo.capacity_get(key, row)
+    if setup is None:
+        derive_setup(c)  # type: ignore[arg-type]
+        memo.capacity_put(key, row, {k: c[k] for k in SETUP_COLUMNS})
+    else:
+        c.update(setup)
+    return derive_load(c)  # type: ignore[arg-type,return-value]
 
 
 def _server_numbers(bundle: ModelBundle, row: Row, c: dict[str, float], learned: bool,

@@ -154,11 +154,11 @@ def _row_columns(row: Row, memo: RowMemo) -> dict[str, float]:
     key = ("setup", capacity._key(row, False))
     setup = memo.capacity_get(key, row)
     if setup is None:
-        derive_setup(c)  # type: ignore[arg-type]
+        derive_setup(c)
         memo.capacity_put(key, row, {k: c[k] for k in SETUP_COLUMNS})
     else:
         c.update(setup)
-    return derive_load(c)  # type: ignore[arg-type,return-value]
+    return derive_load(c)  # type: ignore[return-value]
 
 
 def _server_numbers(bundle: ModelBundle, row: Row, c: dict[str, float], learned: bool,

@@ -336,11 +336,13 @@ def bench_rank(predictor: Any, llm: str, repeats: int, calls: int) -> dict[str, 
         fn: Callable[[], Any] = lambda wl=wl, sla=sla: wattgpu.rank(llm, wl, predictor=predictor,  # noqa: E731
                                                                     max_itl_ms=sla)
         floor: Callable[[], Any] = lambda rows=rows: predictor.predict_table(rows)  # noqa: E731
+        onnx = _rank_onnx_floor(predictor, rows, sla is not None)
         fn()
         floor()
-        med, fl = [], []
+        onnx()
+        med, fl, ox = [], [], []
         for _ in range(repeats):
-            ts, fs = [], []
+            ts, fs, os_ = [], [], []
             for _ in range(calls):
                 t = time.perf_counter()
                 fn()
@@ -348,9 +350,15 @@ def bench_rank(predictor: Any, llm: str, repeats: int, calls: int) -> dict[str, 
                 t = time.perf_counter()
                 floor()
                 fs.append(time.perf_counter() - t)
+                t = time.perf_counter()
+                onnx()
+                os_.append(time.perf_counter() - t)
             med.append(statistics.median(ts) * 1e3)
             fl.append(statistics.median(fs) * 1e3)
+            ox.append(statistics.median(os_) * 1e3)
         base = label[:-3]
+        out[f"{base}_floor_onnx_ms"] = summarise(ox)
+        out[f"{base}_over_onnx"] = summarise([a / b for a, b in zip(med, ox)])
         fresh = []
         for _ in range(max(3, calls // 4)):  # nothing memoised: every capacity grid recomputed
             memo.clear()
@@ -367,8 +375,31 @@ def bench_rank(predictor: Any, llm: str, repeats: int, calls: int) -> dict[str, 
                                        "search (every power-of-two cap up to the limit, per GPU); its floor is "
                                        "predict_table on the 52 rows at the asked cap only",
                     "memo": "capacities are memoised per GPU/LLM/engine set-up across calls (as one prediction's "
-                            "are); *_unmemoised_ms clears the memo before each call"}
+                            "are); *_unmemoised_ms clears the memo before each call",
+                    "onnx_floor": "*_floor_onnx_ms: both ONNX models (session.run) once on prebuilt float32 rows of "
+                                  "every predictable row the answer needs (the asked rows; with the SLA, every "
+                                  "batch cap the search tries): what no rank can go below. The warm rank also "
+                                  "needs no capacity grid; a cold one adds the ITL model on 8 grid points per row"}
     return out
+
+
+def _rank_onnx_floor(predictor: Any, rows: list[Any], caps: bool) -> Callable[[], Any]:
+    """Both ONNX models once on the predictable rows of a rank (``caps``: every batch cap the SLA search
+    tries per row, :func:`wattgpu.rank.batch_caps`), on prebuilt float32 matrices."""
+    import dataclasses
+
+    from wattgpu import features as F
+    from wattgpu.rank import batch_caps
+
+    ev = predictor.evaluate_rows(rows)
+    good = [rows[i] for i in sorted(ev.slot)]
+    if caps:
+        fit = F.columns(good)["fit_batch"].tolist()
+        good = [(g, m, dataclasses.replace(w, max_batch=b)) for (g, m, w), f in zip(good, fit)
+                for b in batch_caps(min(float(w.max_batch), max(f, 1.0)))]
+    X = predictor.feature_vectors(good)
+    runs = [(predictor._session(t), {m.input_name: X[t]}) for t, m in predictor.schema.models.items()]
+    return lambda: [s.run(None, feed) for s, feed in runs]
 
 
 # ---------------------------------------------------------------- batch rows
@@ -793,7 +824,7 @@ def judge(name: str, fig: dict[str, Any]) -> None:
 
 
 UNITS = {"_ms": "ms", "_us": "µs", "_kb": "KB", "_mb": "MB", "_per_s_one_core": "rows/s", "_per_s": "rows/s",
-         "_over_import_onnxruntime": "×", "_over_onnx_floor": "×", "_over_predict_table": "×",
+         "_over_import_onnxruntime": "×", "_over_onnx_floor": "×", "_over_predict_table": "×", "_over_onnx": "×",
          "_over_onnx_alone_one_core": "×", "_share_of_predict_table_one_core": "×",
          "_per_row": "µs", "_single": "×", "_batch": "×"}
 
@@ -833,6 +864,9 @@ TARGETS = [
     ("rank 52 GPUs, server", "rank_server_ms", "rank_server_floor_predict_table_ms", "rank_server_over_predict_table"),
     ("rank server, ITL SLA + caps", "rank_server_sla_ms", "rank_server_sla_floor_predict_table_ms",
      "rank_server_sla_over_predict_table"),
+    ("rank offline vs ONNX", "rank_full_catalog_ms", "rank_full_catalog_floor_onnx_ms", "rank_full_catalog_over_onnx"),
+    ("rank server vs ONNX", "rank_server_ms", "rank_server_floor_onnx_ms", "rank_server_over_onnx"),
+    ("rank SLA+caps vs ONNX", "rank_server_sla_ms", "rank_server_sla_floor_onnx_ms", "rank_server_sla_over_onnx"),
     ("server prediction p50", "server_prediction_p50_us", "server_prediction_floor_onnx_p50_us",
      "server_prediction_over_onnx_floor"),
     ("predict_table, one core", "batch_predictions_per_s_one_core", "batch_floor_onnx_alone_per_s_one_core",

@@ -49,7 +49,13 @@ def test_every_directional_input_is_constrained():
 @pytest.mark.parametrize("era", ["current", "legacy"])
 def test_sweep_power_and_itl_never_fall_as_the_batch_grows(kind, era):
     """Whole catalog × several LLMs × batch 1…1024 (beyond what fits, the batch is capped by memory):
-    the shipped models' power and ITL are non-decreasing in the batch, with zero violations."""
+    ITL is non-decreasing in the batch, and so is power wherever the decode work (batch / ITL) does not fall.
+
+    Power is the power of the batch the GPU really runs: where decoding as sub-batches of a capacity-grid batch
+    is faster (``capacity.sub_batch``), that grid batch's. The grid of a larger cap need not hold a smaller cap
+    that is not a power of two (cap 128's grid has 64 and 128, not 96), so there the served batch and the
+    decode work fall together, and power with them (the learned power at the smaller grid batch may still read the larger
+    cap: those steps are issue 38's, not this sweep's)."""
     pred = Predictor()
     cat = default_catalog()
     triples, keys = [], []
@@ -63,17 +69,20 @@ def test_sweep_power_and_itl_never_fall_as_the_batch_grows(kind, era):
                 keys.append((g.name, name))
     t = pred.predict_table(triples)
     power, itl = t["power_w"], t["itl_s"]
-    violations, checked = [], 0
+    tput = t["effective_batch"] / itl  # decode work: sequences × tokens per sequence per second
+    violations, checked, less_work = [], 0, 0
     n = len(SWEEP_BATCHES)
     for start in range(0, len(triples), n):
         sl = slice(start, start + n)
         ok = np.isfinite(power[sl]) & np.isfinite(itl[sl])
-        p, i = power[sl][ok], itl[sl][ok]
+        p, i, r = power[sl][ok], itl[sl][ok], tput[sl][ok]
         checked += max(len(p) - 1, 0)
-        for name, v in (("power", p), ("itl", i)):
-            bad = np.flatnonzero(v[1:] < v[:-1] * (1 - 1e-9))
-            violations += [(keys[start], name, int(k)) for k in bad]
+        falls = r[1:] < r[:-1] * (1 - 1e-9)  # the decode work falls (sub-batches of a smaller grid batch)
+        less_work += int(falls.sum())
+        for name, bad in (("itl", i[1:] < i[:-1] * (1 - 1e-9)), ("power", (p[1:] < p[:-1] * (1 - 1e-9)) & ~falls)):
+            violations += [(keys[start], name, int(k)) for k in np.flatnonzero(bad)]
     assert checked > 1000  # the sweep really covered the catalog (70B does not fit on small GPUs)
+    assert less_work < 0.05 * checked, f"{less_work} of {checked} steps serve less work: the exemption is not rare"
     assert violations == []
 
 

@@ -30,9 +30,7 @@ def test_no_model_that_reads_more_is_predicted_faster(pred: Predictor) -> None:
     assert bad == 0, f"{bad} of {n} strict-dominance comparisons inverted:\n" + "\n".join(examples)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 38 open: where the sub-batch ITL bound (capacity.py) holds the "
-                   "throughput flat, power is still evaluated at the nominal batch (122 of 236 flat steps up > 5 % after the refit; 102 of 211 before); "
-                   "the fix is the serving code's: evaluate power at the served grid batch")
 def test_no_bigger_batch_cap_draws_more_power_for_no_more_work(pred: Predictor) -> None:
+    """Where the sub-batch bound holds tokens/s flat, power is the adopted grid batch's (capacity.sub_batch)."""
     bad, flat, examples = saturated_power_steps(pred)
     assert bad == 0, f"{bad} of {flat} flat cap steps raise power > 5 %:\n" + "\n".join(examples)

@@ -225,3 +225,34 @@ def test_fleet_far_below_the_headroom_says_why() -> None:
     notes = [line for line in r.output.splitlines() if "far below the 80% headroom" in line]
     assert notes and all("capacity alone needs" in n for n in notes)
     assert any("NVIDIA A10 ×8" in n for n in notes)
+
+
+def test_rank_entries_equal_the_dataclass_constructor() -> None:
+    """``rank.extend`` (the entry without the frozen dataclass's field-by-field __init__) stores what
+    ``RankEntry(**prediction fields, **rank-only fields)`` stores, and refuses a missing rank-only field."""
+    from dataclasses import fields
+
+    from wattgpu.rank import RankEntry, extend
+
+    res = rank("meta-llama/Llama-3.1-8B-Instruct", Workload(), max_itl_ms=60.0)
+    assert res.candidates and res.excluded
+    for e in (*res.candidates, *(x.entry for x in res.excluded if x.entry is not None)):
+        built = RankEntry(**{f.name: getattr(e, f.name) for f in fields(RankEntry)})
+        assert built == e and built.to_dict() == e.to_dict()
+    p = res.candidates[0]
+    with pytest.raises(TypeError, match="missing"):
+        extend(p, {"replicas": 2})
+
+
+def test_predictions_equal_the_dataclass_constructor() -> None:
+    """results.prediction builds a Prediction without its __init__: the same fields as the constructor's,
+    on the vectorised and the scalar path, server rows included."""
+    from dataclasses import fields
+
+    pred = default_predictor()
+    rows = [("NVIDIA H100 SXM5 80GB", "meta-llama/Llama-3.1-8B-Instruct", w)
+            for w in (Workload(), Workload(kind="server", qps=2.0), Workload(kind="closed_loop", concurrency=8.0))]
+    got = [*pred.predict_many(rows), *(pred.predict(*r) for r in rows)]
+    for p in got:
+        assert type(p) is Prediction
+        assert Prediction(**{f.name: getattr(p, f.name) for f in fields(Prediction)}) == p

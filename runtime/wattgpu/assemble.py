@@ -49,7 +49,23 @@ def steady(cols: Any) -> Any:
 
 def reads_kind(bundle: ModelBundle) -> bool:
     """Whether any model of ``bundle`` takes the workload kind as an input."""
-    return any(KIND in m.feature_names for m in bundle.schema.models.values())
+    return any(KIND in feature_names(m) for m in bundle.schema.models.values())
+
+
+_NAMES: dict[int, tuple[Any, tuple[str, ...]]] = {}
+
+
+def feature_names(model: Any) -> tuple[str, ...]:
+    """``model.feature_names`` (a tuple the manifest entry rebuilds on every read), kept per entry object
+    (entries are frozen; a hit is checked by identity)."""
+    hit = _NAMES.get(id(model))
+    if hit is not None and hit[0] is model:
+        return hit[1]
+    if len(_NAMES) > 256:
+        _NAMES.clear()
+    names = model.feature_names
+    _NAMES[id(model)] = (model, names)
+    return names
 
 
 def evaluate(bundle: ModelBundle, cols: F.Columns, targets: Sequence[str] | None = None) -> Outputs:
@@ -59,7 +75,7 @@ def evaluate(bundle: ModelBundle, cols: F.Columns, targets: Sequence[str] | None
     for target, m in bundle.schema.models.items():
         if targets is not None and target not in targets:
             continue
-        names = m.feature_names
+        names = feature_names(m)
         X = matrices.get(names)
         if X is None:
             X = matrices[names] = F.matrix(names, steady(cols) if KIND in names else cols)

@@ -19,6 +19,7 @@ throughput stays at ``max_qps × output_tokens`` and the prediction says so (``o
 """
 from __future__ import annotations
 
+import math
 from dataclasses import fields
 from operator import attrgetter
 from typing import Any, Callable, Sequence
@@ -80,7 +81,8 @@ def capacity_table(evaluate: Callable[[F.Columns], dict[str, np.ndarray]], tripl
                    cols: F.Columns, learned: bool,
                    max_itl_s: np.ndarray | None = None, itl_scale: float = 1.0) -> dict[str, np.ndarray]:
     """Capacity of each row (vectorised): ``max_qps``, the batch it is reached at (``batch``), the
-    ``itl_s``, busy ``power_w`` and ``request_s`` there, the batch ``limit`` and ``max_concurrency``;
+    ``itl_s``, busy ``power_w`` and ``request_s`` there, the batch ``limit`` and ``max_concurrency``; the grid
+    point of the highest decode throughput ``peak_k`` (-1: none) and the busy power there ``peak_power``;
     the grid itself (rows × points): ``grid_batch``, ``grid_itl``, its concurrencies ``grid_conc`` and
     request times ``grid_req`` (the server solve's bracket, :mod:`wattgpu.serving.solve`).
 
@@ -114,13 +116,21 @@ def capacity_table(evaluate: Callable[[F.Columns], dict[str, np.ndarray]], tripl
         lam = np.where(np.isnan(sla) | (itl[slot] * itl_scale <= sla), lam, 0.0)
     k = np.argmax(lam, axis=1)
     pick = (slot, k)
+    # the grid point whose throughput b / ITL(b) is highest: where the sub-batch bound binds for a row at the
+    # batch limit, its power is this point's (sub_batch); evaluated here with the chosen points, once
+    _, peak = sub_batch(np.full(n, np.inf), limit, batch, itl)
+    peak_k = np.where(peak >= 0, peak, 0)
     # power at each chosen grid point: the same feature row as in the grid (row-wise models), so the
     # same value as evaluating the whole grid, at 1/GRID_POINTS of the cost
-    chosen, back = np.unique(slot * GRID_POINTS + k, return_inverse=True)  # distinct (set-up, grid point)
+    points = np.concatenate([slot * GRID_POINTS + k, np.arange(n) * GRID_POINTS + peak_k])
+    chosen, back = np.unique(points, return_inverse=True)  # distinct (set-up, grid point)
+    back = back.reshape(-1)
     cs, ck = chosen // GRID_POINTS, chosen % GRID_POINTS
     at = request_time(evaluate, cols, uniq[cs], grid[cs, ck], limit[cs], learned, targets=("power",))
+    power = at["res"]["power"]
     return {"max_qps": lam[np.arange(len(triples)), k], "batch": batch[pick], "concurrency": grid[pick],
-            "itl_s": itl[pick], "power_w": at["res"]["power"][back.reshape(-1)], "request_s": req[pick],
+            "itl_s": itl[pick], "power_w": power[back[:len(triples)]], "request_s": req[pick],
+            "peak_k": np.where(peak >= 0, peak, -1)[slot], "peak_power": power[back[len(triples):]][slot],
             "limit": limit[slot], "grid_batch": batch[slot], "grid_itl": itl[slot], "grid_conc": grid[slot],
             "grid_req": req[slot],
             "max_concurrency": np.maximum(cols["fit_sequences"], 0.0)}
@@ -132,12 +142,44 @@ _POW_STEPS = np.arange(GRID_POINTS - 3, -1, -1, dtype=np.float64)  # 5, 4, … 0
 def sub_batch_itl(itl: np.ndarray, batch: np.ndarray, grid_batch: np.ndarray, grid_itl: np.ndarray) -> np.ndarray:
     """ITL at ``batch`` no longer than running it as sub-batches allows: ``min(ITL, batch / best)``, where
     ``best`` is the highest throughput ``b / ITL(b)`` over the capacity grid's batches ``b <= batch``
-    (rows × points). Leaves ITL as it is where no grid point qualifies. Arrays of rows; one-row arrays give
-    the scalar path the same bits."""
+    (rows × points). Leaves ITL as it is where no grid point qualifies. Arrays of rows."""
+    return sub_batch(itl, batch, grid_batch, grid_itl)[0]
+
+
+def sub_batch(itl: np.ndarray, batch: np.ndarray, grid_batch: np.ndarray,
+              grid_itl: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(:func:`sub_batch_itl`, the grid point whose throughput it adopts: its column index where the bound
+    binds, -1 where the row runs at its own batch). Where it binds the GPU decodes sub-batches of that grid
+    batch back to back, so the row's power is the power at that grid point (:func:`served_point_power`):
+    equal tokens/s means the same served batch and the same power. One-row arrays give the scalar path the
+    same bits (:func:`sub_batch_one`)."""
     with np.errstate(divide="ignore", invalid="ignore"):
         ok = (grid_batch <= batch[:, None]) & np.isfinite(grid_itl) & (grid_itl > 0)
-        best = np.where(ok, grid_batch / grid_itl, 0.0).max(axis=1)
-        return np.where(best > 0, np.minimum(itl, batch / best), itl)
+        tput = np.where(ok, grid_batch / grid_itl, 0.0)
+        k = np.argmax(tput, axis=1)
+        best = tput[np.arange(len(k)), k]
+        bounded = batch / best
+        binds = (best > 0) & (bounded < itl)
+        return np.where(binds, bounded, itl), np.where(binds, k, -1)
+
+
+def sub_batch_one(itl: float, batch: float, grid_batch: Sequence[float],
+                  grid_itl: Sequence[float]) -> tuple[float, int]:
+    """:func:`sub_batch` of one row on floats (the same operations, so the same bits)."""
+    best, k = 0.0, -1
+    for j, (b, i) in enumerate(zip(grid_batch, grid_itl)):
+        if b <= batch and math.isfinite(i) and i > 0.0 and b / i > best:
+            best, k = b / i, j
+    if best > 0.0 and batch / best < itl:
+        return batch / best, k
+    return itl, -1
+
+
+def served_point_power(evaluate: Callable[..., dict[str, np.ndarray]], cols: F.Columns, index: np.ndarray,
+                       grid_conc: np.ndarray, limit: np.ndarray, learned: bool) -> np.ndarray:
+    """Power of rows ``index`` at their adopted grid points (concurrencies ``grid_conc``, ``limit`` slots):
+    the same feature rows as the capacity grid, so the same values."""
+    return request_time(evaluate, cols, index, grid_conc, limit, learned, targets=("power",))["res"]["power"]
 
 
 # Workload fields that describe the offered load; every other field describes the engine set-up.

@@ -37,12 +37,14 @@ class ContextPlan:
     note: str | None = None
 
 
-def context_plans(rows: list[tuple[Any, Any, Any]], max_model_len: int | None = None) -> list[ContextPlan]:
+def context_plans(rows: list[tuple[Any, Any, Any]], max_model_len: int | None = None,
+                  cols: F.Columns | None = None) -> list[ContextPlan]:
     """The ``--max-model-len`` and the KV capacity at that length of each (GPU, LLM, workload) row (a group
-    of ``wl.tp`` GPUs), in one vectorised pass over the rows' memory columns."""
+    of ``wl.tp`` GPUs), in one vectorised pass over the rows' memory columns (``cols``: the rows'
+    :func:`features.columns` when the caller has them)."""
     if not rows:
         return []
-    c = F.columns(rows)
+    c = F.columns(rows) if cols is None else cols
     budget = np.maximum(c["kv_budget"], 0.0)
     window, sliding = c["llm_sliding_window"], c["sliding_fraction"]
 

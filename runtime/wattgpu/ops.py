@@ -124,6 +124,8 @@ def _is_num(a: Any) -> bool:
 
 def maximum(a: Any, b: Any) -> Any:
     """NaN wins; ``a`` when ``a > b``, else ``b`` (a tie of ±0 gives ``b``): one rule for floats and arrays."""
+    if type(a) is float and type(b) is float:  # the scalar path's common case, checked first
+        return a if (a > b or a != a) else b
     if _is_num(a) and _is_num(b):
         return float(a if (a > b or a != a) else b)
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
@@ -132,6 +134,8 @@ def maximum(a: Any, b: Any) -> Any:
 
 def minimum(a: Any, b: Any) -> Any:
     """NaN wins; ``a`` when ``a < b``, else ``b``."""
+    if type(a) is float and type(b) is float:
+        return a if (a < b or a != a) else b
     if _is_num(a) and _is_num(b):
         return float(a if (a < b or a != a) else b)
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
@@ -162,6 +166,8 @@ def floor(x: Any) -> Any:
 
 def where(cond: Any, a: Any, b: Any) -> Any:
     """``a`` where ``cond`` else ``b`` (both already evaluated, as with numpy)."""
+    if type(cond) is bool and type(a) is float and type(b) is float:  # the scalar path's common case
+        return a if cond else b
     if (type(cond) is bool or isinstance(cond, np.bool_)) and isinstance(a, _Num) and isinstance(b, _Num):
         return float(a if cond else b)
     return np.where(cond, a, b)

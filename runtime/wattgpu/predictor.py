@@ -131,7 +131,7 @@ class Predictor:
             return Evaluated(self.bundle, triples, list(errors), [], {}, {}, {})
         cols = assemble.take(all_cols, good, len(triples))
         numbers, mix = results.core(self.bundle, self._evaluate, [triples[i] for i in good], cols)
-        return Evaluated(self.bundle, triples, list(errors), good, cols, numbers, mix)
+        return Evaluated(self.bundle, triples, list(errors), good, cols, numbers, mix, all_cols)
 
     def predict_table(self, triples: Sequence[Row]) -> dict[str, Any]:
         """Array form of :meth:`predict_specs_safe` for large sweeps: no per-row objects or warnings.
@@ -169,8 +169,10 @@ class Evaluated:
     """Rows evaluated together: errors, numbers (row ``i`` at ``slot[i]``), Predictions on demand."""
 
     def __init__(self, bundle: ModelBundle, triples: Sequence[Row], errors: list[WattGPUError | None],
-                 good: list[int], cols: Columns, numbers: Mapping[str, np.ndarray], mix: Mapping[int, Any]) -> None:
+                 good: list[int], cols: Columns, numbers: Mapping[str, np.ndarray], mix: Mapping[int, Any],
+                 all_cols: Columns | None = None) -> None:
         self.bundle, self.triples, self.errors, self.cols, self.numbers, self.mix = bundle, triples, errors, cols, numbers, mix
+        self.all_cols = all_cols  # the feature columns of every row (None: not kept), for callers that need more
         self.slot = {i: k for k, i in enumerate(good)}
         self._lists: tuple[dict[str, list[Any]], dict[str, list[Any]]] | None = None
 

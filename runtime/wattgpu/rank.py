@@ -151,19 +151,40 @@ def sla_itl(p: Prediction, strict: bool) -> tuple[float, str]:
 
 
 def _entry(p: Prediction, strict: bool, prices: Prices, replicas: int = 1, row: Any = None,
-           dtype: str | None = None, model: str | None = None, plan: ContextPlan | None = None) -> RankEntry:
+           dtype: str | None = None, model: str | None = None, plan: ContextPlan | None = None,
+           measured: bool | None = None) -> RankEntry:
     """The rank entry of prediction ``p`` of ``row``; ``model`` is what ``vllm serve`` loads and ``plan`` the
-    row's context plan (:func:`wattgpu.launch.context_plans`; no launch line without it)."""
+    row's context plan (:func:`wattgpu.launch.context_plans`; no launch line without it); ``measured``:
+    whether the models were trained on this GPU (None: not said)."""
     itl_sla, _ = sla_itl(p, strict)
     wl = row[2] if row is not None else Workload.from_dict(p.workload)
     args = vllm_args(row[1], wl, dtype, plan.max_model_len, model) if plan is not None and row is not None else None
-    base = {name: getattr(p, name) for name in _PREDICTION_FIELDS}  # every Prediction field, as predicted
+    extra = {"itl_sla_s": itl_sla, "replicas": replicas, "qps_per_replica": p.workload.get("qps"),
+             "max_batch": int(wl.max_batch), "launch_args": None if args is None else tuple(args),
+             "max_model_len": None if plan is None else plan.max_model_len,
+             "kv_sequences_at_max_model_len": None if plan is None else plan.kv_sequences,
+             "measured_in_training": measured, "prices": prices}
     if plan is not None and plan.note is not None:
-        base["warnings"] = (*p.warnings, plan.note)
-    return RankEntry(**base, itl_sla_s=itl_sla, replicas=replicas, qps_per_replica=p.workload.get("qps"),
-                     max_batch=int(wl.max_batch), launch_args=None if args is None else tuple(args),
-                     max_model_len=None if plan is None else plan.max_model_len,
-                     kv_sequences_at_max_model_len=None if plan is None else plan.kv_sequences, prices=prices)
+        extra["warnings"] = (*p.warnings, plan.note)
+    return extend(p, extra)
+
+
+_RANK_ONLY_FIELDS = tuple(f.name for f in fields(RankEntry) if f.name not in _PREDICTION_FIELDS)
+_ENTRY_FIELDS = frozenset(f.name for f in fields(RankEntry))
+
+
+def extend(p: Prediction, extra: Mapping[str, Any]) -> RankEntry:
+    """``RankEntry(**every field of p, **extra)`` without the frozen dataclass's field-by-field ``__init__``
+    (a third of a whole-catalog rank's time): ``extra`` must name every rank-only field (and may replace
+    prediction fields); the values are the ones the constructor would store (tests/test_rank.py compares)."""
+    missing, unknown = set(_RANK_ONLY_FIELDS) - set(extra), set(extra) - _ENTRY_FIELDS
+    if missing or unknown:
+        raise TypeError(f"extend: rank-only fields missing {sorted(missing)}, unknown fields {sorted(unknown)}")
+    entry = object.__new__(RankEntry)
+    state = entry.__dict__
+    state.update(p.__dict__)
+    state.update(extra)
+    return entry
 
 
 def check_max_model_len(max_model_len: Any, wl: Workload) -> int | None:
@@ -230,14 +251,17 @@ def _option_of(p: Any, row: tuple[Any, Any, Workload], strict: bool) -> _Option:
 def _options_of(ev: Any, variants: Sequence[tuple[Any, Any, Workload]], strict: bool) -> list[_Option]:
     """Options read from the arrays (``strict`` needs each Prediction's interval)."""
     out = []
+    # plain lists, read once (no numpy scalar per row and field)
+    ttft, itl, over, j, qps, bad = ([] if not ev.slot else ev.numbers[k].tolist() for k in (
+        "ttft_s", "itl_s", "overloaded", "energy_per_token_j", "max_qps", "not_finite"))
     for i, row in enumerate(variants):
-        if strict or ev.errors[i] is not None or ev.numbers["not_finite"][ev.slot[i]]:
+        k = ev.slot.get(i)
+        if strict or ev.errors[i] is not None or k is None or bad[k]:
             out.append(_option_of(ev.prediction(i), row, strict))
             continue
-        ttft, itl, over, j, qps = (float(ev.numbers[k][ev.slot[i]]) for k in (
-            "ttft_s", "itl_s", "overloaded", "energy_per_token_j", "max_qps"))
-        out.append(_Option(partial(ev.prediction, i), row, True, bool(over), j, itl, itl,
-                           ttft if math.isfinite(ttft) else None, qps))
+        t = ttft[k]
+        out.append(_Option(partial(ev.prediction, i), row, True, bool(over[k]), j[k], itl[k], itl[k],
+                           t if math.isfinite(t) else None, qps[k]))
     return out
 
 
@@ -387,7 +411,8 @@ def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None 
     if replicas is not None:
         return _rank_fleet(pred, spec, rows, failed, wl, replicas, max_itl_ms, strict, sort, prices, tp_asked,
                            ttft_sla, util_target, dtype, launch)
-    first = pred.predict_specs_safe(rows)
+    evaluated = pred.evaluate_rows(rows)
+    first = evaluated.predictions()
     sla = max_itl_ms is not None or ttft_sla is not None
     chosen = (search_caps(pred, rows, first, strict, max_itl_ms, ttft_sla) if sla
               else [(r, row, None, None) for r, row in zip(first, rows)])
@@ -396,7 +421,9 @@ def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None 
     basis = "point prediction"
     errors: dict[str, tuple[int, WattGPUError]] = dict(failed)  # per GPU: the error of its largest group tried
     served: set[str] = set()
-    plans = context_plans([row for _, row, _, _ in chosen], launch[1])
+    same = all(row is asked for (_, row, _, _), asked in zip(chosen, rows))  # no cap search moved a row
+    plans = context_plans([row for _, row, _, _ in chosen], launch[1], evaluated.all_cols if same else None)
+    trained = _trained_gpus(pred)
     for (r, row, kind, why), plan in zip(chosen, plans):
         g, _, w = row
         if isinstance(r, WattGPUError):
@@ -404,11 +431,12 @@ def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None 
                 errors[g.name] = (w.tp, r)
             continue
         served.add(g.name)
-        entry = _entry(r, strict, prices, row=row, dtype=dtype, model=launch[0], plan=plan)
         _, basis_r = sla_itl(r, strict)
         basis = basis_r if strict else basis
         if kind is None and r.overloaded:
             kind, why = "overloaded", capacity.overload_message(float(wl.qps or 0.0), float(r.max_qps or 0.0))
+        entry = _entry(r, strict, prices, row=row, dtype=dtype, model=launch[0], plan=plan,
+                       measured=None if kind is not None else _measured(trained, g.name))
         if kind is not None:
             order = -float(r.max_qps or 0.0) if kind == "overloaded" else entry.itl_sla_s
             excluded.append(((0, order, g.name, w.tp), Excluded(g.name, kind, str(why), entry, tp=w.tp)))
@@ -419,7 +447,6 @@ def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None 
     headroom = util_target if wl.kind == "server" else None
     if headroom is not None:
         candidates = headroom_order(candidates, headroom)
-    candidates = _mark_measured(pred, candidates)
     excluded.sort(key=lambda t: t[0])
     return RankResult(llm=spec.name, workload=wl, sort=sort, max_itl_ms=None if max_itl_ms is None else float(max_itl_ms),
                       strict=strict, sla_basis=basis, usd_per_kwh=usd_per_kwh, gco2_per_kwh=gco2_per_kwh, pue=pue,
@@ -445,11 +472,14 @@ def idle_fleet_note(entry: RankEntry, total_qps: float, max_utilization: float) 
             f"{entry.max_batch}); a faster GPU or a looser SLA needs fewer GPUs")
 
 
-def _mark_measured(pred: Any, candidates: Sequence[RankEntry]) -> list[RankEntry]:
-    """``candidates`` with ``measured_in_training`` set from the bundle's training domain (None when the
-    bundle does not record its GPUs)."""
-    gpus = set(pred.bundle.schema.domain.get("gpus", ()))
-    return [replace(c, measured_in_training=(c.gpu in gpus) if gpus else None) for c in candidates]
+def _trained_gpus(pred: Any) -> frozenset[str]:
+    """The GPUs of the bundle's training domain (empty when the bundle does not record them)."""
+    return frozenset(pred.bundle.schema.domain.get("gpus", ()))
+
+
+def _measured(trained: frozenset[str], gpu: str) -> bool | None:
+    """A candidate's ``measured_in_training``: None when the bundle does not record its GPUs."""
+    return (gpu in trained) if trained else None
 
 
 def headroom_order(candidates: Sequence[RankEntry], target: float) -> list[RankEntry]:
@@ -522,6 +552,7 @@ def _rank_fleet(pred: Any, spec: Any, rows: Sequence[tuple[Any, Any, Workload]],
     excluded: list[tuple[tuple[int, float, str, int], Excluded]] = []
     errors: dict[str, tuple[int, WattGPUError]] = dict(failed)
     served: set[str] = set()
+    trained = _trained_gpus(pred)
     for group, gpus in sorted(by_tp.items()):
         w = wl if wl.tp == group else replace(wl, tp=group)
         planned = fleet.plan(pred, spec, gpus, w, replicas, sla)
@@ -533,7 +564,8 @@ def _rank_fleet(pred: Any, spec: Any, rows: Sequence[tuple[Any, Any, Workload]],
                 continue
             served.add(g.name)
             entry = _entry(r, strict, prices, replicas=n, row=(g, spec, Workload.from_dict(r.workload)), dtype=dtype,
-                           model=launch[0], plan=plans[g.name])
+                           model=launch[0], plan=plans[g.name],
+                           measured=None if why is not None else _measured(trained, g.name))
             if why is not None:
                 kind = "overloaded" if why.startswith("overloaded") else "misses_sla"
                 reason = why if replicas == "auto" else f"{n} replicas: {why}"
@@ -544,7 +576,6 @@ def _rank_fleet(pred: Any, spec: Any, rows: Sequence[tuple[Any, Any, Workload]],
     _add_failed(excluded, errors, served)
     candidates.sort(key=_sort_key("fleet" if sort == "energy" else sort))
     candidates = headroom_order(candidates, max_utilization)  # a fixed count may run replicas above it
-    candidates = _mark_measured(pred, candidates)
     excluded.sort(key=lambda t: t[0])
     return RankResult(llm=spec.name, workload=wl, sort=sort, max_itl_ms=None if max_itl_ms is None else float(max_itl_ms),
                       strict=strict, sla_basis=basis, usd_per_kwh=prices[0], gco2_per_kwh=prices[1], pue=prices[2],

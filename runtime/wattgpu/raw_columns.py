@@ -7,6 +7,7 @@ for a batch (numpy arrays) and ``row_columns(row)`` for one row (plain floats, t
 from __future__ import annotations
 
 import math
+import operator
 from operator import itemgetter
 from typing import Any, Callable, Iterable, Sequence
 
@@ -96,6 +97,13 @@ def _tp_values(w: Workload) -> tuple[float, ...]:
     return (float(w.tp),)
 
 
+# Per row position (GPU, LLM, workload): its column groups and the functions that read them.
+_PARTS: tuple[tuple[int, tuple[tuple[tuple[str, ...], Callable[[Any], tuple[float, ...]]], ...]], ...] = (
+    (0, ((_GPU_KEYS, _gpu_values), (_GPU_LINK_KEYS, _gpu_link_values), (_GPU_POWER_KEYS, _gpu_power_values))),
+    (1, ((_LLM_KEYS, _llm_values),)),
+    (2, ((_WL_KEYS, _wl_values), (_TP_KEYS, _tp_values))))
+
+
 def columns(rows: Iterable[tuple[GpuSpec, LlmSpec, Workload]]) -> Columns:
     """Raw numeric columns for a batch of (GPU, LLM, workload) triples.
 
@@ -104,21 +112,56 @@ def columns(rows: Iterable[tuple[GpuSpec, LlmSpec, Workload]]) -> Columns:
     """
     rows = list(rows)
     out: Columns = {}
-    parts: tuple[tuple[int, tuple[str, ...], Callable[[Any], tuple[float, ...]]], ...] = (
-        (0, _GPU_KEYS, _gpu_values), (1, _LLM_KEYS, _llm_values), (2, _WL_KEYS, _wl_values),
-        (0, _GPU_LINK_KEYS, _gpu_link_values), (2, _TP_KEYS, _tp_values), (0, _GPU_POWER_KEYS, _gpu_power_values))
-    for part, keys, values in parts:
+    for part, groups in _PARTS:
         specs = list(map(itemgetter(part), rows))
         ids = list(map(id, specs))
         slot: dict[int, int] = {}
-        index = [slot.setdefault(i, len(slot)) for i in ids]  # first-seen order
+        index = np.asarray([slot.setdefault(i, len(slot)) for i in ids], dtype=np.intp)  # first-seen order
         by_id = dict(zip(ids, specs))
-        distinct = [values(by_id[i]) for i in slot]
-        table = np.array(distinct, dtype=np.float64).reshape(len(distinct), len(keys))
-        gathered = table.T[:, np.asarray(index, dtype=np.intp)]  # [keys, rows], each row contiguous
-        for j, key in enumerate(keys):
-            out[key] = gathered[j]
+        distinct = [by_id[i] for i in slot]
+        for keys, values in groups:
+            gathered = _table(distinct, values, len(keys)).T[:, index]  # [keys, rows], each row contiguous
+            for j, key in enumerate(keys):
+                out[key] = gathered[j]
     return derive(out)
+
+
+_TABLES: dict[tuple[tuple[int, ...], Callable[[Any], tuple[float, ...]]], tuple[list[Any], np.ndarray]] = {}
+_TABLES_LIMIT = 256
+
+
+def _table(specs: list[Any], values: Callable[[Any], tuple[float, ...]], width: int) -> np.ndarray:
+    """The [specs, width] table of ``values`` of distinct spec objects, kept per list of objects (a whole
+    catalog's GPUs are one table, built once, not per batch); a hit is checked object by object. Read-only:
+    callers gather copies from it."""
+    key = (tuple(map(id, specs)), values)
+    hit = _TABLES.get(key)
+    if hit is not None and all(map(operator.is_, hit[0], specs)):
+        return hit[1]
+    if len(_TABLES) > _TABLES_LIMIT:
+        _TABLES.clear()
+    table = np.array([_memo_values(s, values) for s in specs], dtype=np.float64).reshape(len(specs), width)
+    table.flags.writeable = False
+    _TABLES[key] = (list(specs), table)
+    return table
+
+
+_VALUES: dict[tuple[int, Callable[[Any], tuple[float, ...]]], tuple[Any, tuple[float, ...]]] = {}
+_VALUES_LIMIT = 4096
+
+
+def _memo_values(spec: Any, values: Callable[[Any], tuple[float, ...]]) -> tuple[float, ...]:
+    """``values(spec)``, read once per spec object (specs and workloads are frozen): a catalog's GPUs are
+    read once, not on every batch. Keyed by ``id`` and holding the object, so a hit is checked by identity."""
+    key = (id(spec), values)
+    hit = _VALUES.get(key)
+    if hit is not None and hit[0] is spec:
+        return hit[1]
+    if len(_VALUES) > _VALUES_LIMIT:
+        _VALUES.clear()
+    got = values(spec)
+    _VALUES[key] = (spec, got)
+    return got
 
 
 def gpu_columns(g: GpuSpec) -> dict[str, float]:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import weakref
+from dataclasses import fields
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
@@ -47,7 +48,14 @@ def core(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.C
     server = cols["wl_kind_code"] == SERVER_CODE
     server_rows = [int(k) for k in np.flatnonzero(server)]
     cap = capacities(bundle, evaluate, rows, cols, server_learned)
-    itl = capacity.sub_batch_itl(out[ITL], batch, cap["grid_batch"], cap["grid_itl"])
+    itl, point = capacity.sub_batch(out[ITL], batch, cap["grid_batch"], cap["grid_itl"])
+    sub = (point >= 0) & ~server  # decoding as sub-batches of a grid batch: its power
+    power = np.where(sub & (point == cap["peak_k"]), cap["peak_power"], power)  # the capacity table has it
+    sub = np.flatnonzero(sub & (point != cap["peak_k"]))
+    if len(sub):
+        at = point[sub]
+        power[sub] = capacity.served_point_power(evaluate, cols, sub, cap["grid_conc"][sub, at],
+                                                 cap["limit"][sub], server_learned)
     req_s = capacity.request_s(cols, itl)  # server rows' ITL and batch change below, but they never read it
     tokens_per_s = served_token_rate(cols, batch, req_s, cap["max_qps"])
     mix: Mix = {}
@@ -66,7 +74,7 @@ def core(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.C
     overloaded = (util > 1.0 + 1e-9) & server
     numbers.update(max_qps=cap["max_qps"], utilization=np.where(overloaded, util, np.minimum(util, 1.0)),
                    max_concurrency=cap["max_concurrency"], overloaded=overloaded)  # > 1 only when overloaded
-    budget = np.array([latency.prefill_budget(g, w) for g, _, w in rows], dtype=np.float64)
+    budget = prefill_budgets(rows)
     clients = np.where(cols["wl_kind_code"] == CLOSED_LOOP_CODE, cols["wl_concurrency"], np.nan)
     wait = latency.closed_loop_wait(clients, tokens_per_s / cols["wl_output_tokens"], req_s)
     if server_rows:
@@ -81,6 +89,19 @@ def core(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.C
     return numbers, mix
 
 
+def prefill_budgets(rows: Sequence[Row]) -> np.ndarray:
+    """:func:`latency.prefill_budget` of every row, computed once per (GPU, batch cap)."""
+    seen: dict[tuple[int, int], float] = {}
+    out = []
+    for g, _, w in rows:
+        key = (id(g), w.max_batch)
+        v = seen.get(key)
+        if v is None:
+            v = seen[key] = latency.prefill_budget(g, w)
+        out.append(v)
+    return np.array(out, dtype=np.float64)
+
+
 class Capacity(NamedTuple):
     """What a prediction reads of a row's capacity table."""
 
@@ -91,12 +112,15 @@ class Capacity(NamedTuple):
     limit: float  # sequences the engine runs at once
     grid_conc: tuple[float, ...]  # the grid's concurrencies and request times there (the server solve's bracket)
     grid_req: tuple[float, ...]
+    peak_k: int  # the grid point of the highest decode throughput (-1: none) and the busy power there
+    peak_power: float
 
     @classmethod
     def of(cls, table: Mapping[str, np.ndarray], j: int) -> "Capacity":
         return cls(float(table["max_qps"][j]), tuple(table["grid_batch"][j].tolist()),
                    tuple(table["grid_itl"][j].tolist()), float(table["concurrency"][j]), float(table["limit"][j]),
-                   tuple(table["grid_conc"][j].tolist()), tuple(table["grid_req"][j].tolist()))
+                   tuple(table["grid_conc"][j].tolist()), tuple(table["grid_req"][j].tolist()),
+                   int(table["peak_k"][j]), float(table["peak_power"][j]))
 
 
 def capacities(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.Columns,
@@ -129,6 +153,8 @@ def capacities(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], col
             "limit": np.array([c.limit for c in got])[where],
             "grid_conc": np.array([c.grid_conc for c in got], dtype=np.float64).reshape(len(got), -1)[where],
             "grid_req": np.array([c.grid_req for c in got], dtype=np.float64).reshape(len(got), -1)[where],
+            "peak_k": np.array([c.peak_k for c in got], dtype=np.intp)[where],
+            "peak_power": np.array([c.peak_power for c in got], dtype=np.float64)[where],
             "max_concurrency": np.maximum(cols["fit_sequences"], 0.0)}
 
 
@@ -225,7 +251,7 @@ def prediction(bundle: ModelBundle, i: int, row: Row, cols: F.Columns, numbers: 
         cal = calibration_of(bundle)
         calibrated = memo.spec(gpu, cal.describe)  # type: ignore[union-attr]
         factors = {t: scaled_factors(f, cal.interval_scale(gpu, t)) for t, f in factors.items()}  # type: ignore[union-attr]
-    return Prediction(
+    return _new_prediction(
         llm=llm.name, gpu=gpu.name, workload=dict(wl_dict), power_w=power, itl_s=itl,
         system_s_per_token=float(numbers["system_s_per_token"][i]), throughput_tok_s=tokens_per_s,
         energy_per_token_j=float(numbers["energy_per_token_j"][i]),
@@ -254,6 +280,20 @@ def prediction(bundle: ModelBundle, i: int, row: Row, cols: F.Columns, numbers: 
                         "prefill_efficiency": latency.PREFILL_EFFICIENCY},
         bound=latency.bound(float(numbers["step_memory_s"][i]), float(numbers["step_compute_s"][i]),
                             float(numbers["step_interconnect_s"][i])))
+
+
+_PREDICTION_FIELDS = frozenset(f.name for f in fields(Prediction))
+
+
+def _new_prediction(**values: Any) -> Prediction:
+    """``Prediction(**values)`` with every field given, without the frozen dataclass's field-by-field
+    ``__init__`` (a fifth of building a whole-catalog rank); the same stored values
+    (tests/test_rank.py::test_predictions_equal_the_dataclass_constructor)."""
+    if len(values) != len(_PREDICTION_FIELDS) or not _PREDICTION_FIELDS.issuperset(values):
+        raise TypeError(f"Prediction fields missing: {sorted(_PREDICTION_FIELDS - set(values))}")
+    p = object.__new__(Prediction)
+    p.__dict__.update(values)
+    return p
 
 
 def ttft_intervals(fit: TtftFit, ttft_s: float | None, floor_s: float, burst: float) -> tuple[Interval, ...]:

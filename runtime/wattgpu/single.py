@@ -31,6 +31,7 @@ from .calibration import apply_ttft
 from .calibration import of as calibration_of
 from .checks import NO_KV_CACHE
 from .prediction import Prediction
+from .derived import SETUP_COLUMNS, derive_load, derive_setup
 from .raw_columns import row_with_concurrency
 from .results import (CLOSED_LOOP_CODE, ROW_COLUMNS, Capacity, RowMemo, finish, latency_numbers, memo_for, prediction,
                       served_token_rate, utilization)
@@ -105,8 +106,7 @@ def numbers_one(bundle: ModelBundle, row: Row, memo: RowMemo | None = None
         if memo is None:
             c = F.row_columns(row)
         else:
-            c = F.row_columns(row, (memo.spec(g, F.gpu_columns), memo.spec(llm, F.llm_columns),
-                                    memo.spec(wl, F.workload_columns)))
+            c = _row_columns(row, memo)
         if not c["fit_sequences"] >= 1:
             return None
         learned = "server" in bundle.schema.domain.get("kinds", ())
@@ -120,7 +120,13 @@ def numbers_one(bundle: ModelBundle, row: Row, memo: RowMemo | None = None
             return _server_numbers(bundle, row, c, learned, cap)
         out = evaluate_one(bundle, c)
         power, batch = out["power"], c["eff_batch"]
-        itl = _sub_batch_itl(out["itl"], batch, cap.grid_batch, cap.grid_itl)
+        itl, point = capacity.sub_batch_one(out["itl"], batch, cap.grid_batch, cap.grid_itl)
+        if point >= 0 and point == cap.peak_k:  # decoding as sub-batches of a grid batch: the power there
+            power = cap.peak_power  # (as results.core)
+        elif point >= 0:
+            _, level = capacity.load_point(cap.grid_conc[point], cap.limit, learned)
+            at = row_with_concurrency(c, level, closed_loop=not learned)
+            power = evaluate_one(bundle, at, _POWER_ONLY)[POWER]
         req_s = capacity.request_s(c, itl)  # type: ignore[arg-type]  # floats: the same operations
         rate = served_token_rate(c, batch, req_s, cap.max_qps)  # type: ignore[arg-type]
         numbers = finish(power, itl, batch, 1.0, rate, c["gpu_tdp_w"], c["wl_output_tokens"], False, c["wl_tp"])
@@ -138,6 +144,21 @@ def numbers_one(bundle: ModelBundle, row: Row, memo: RowMemo | None = None
     numbers.update(max_qps=cap.max_qps, utilization=util, max_concurrency=ops.maximum(c["fit_sequences"], 0.0),
                    overloaded=False)  # overload is a server state (below)
     return c, numbers, None
+
+
+def _row_columns(row: Row, memo: RowMemo) -> dict[str, float]:
+    """:func:`features.row_columns` of ``row`` with its spec columns and its load-free set-up columns
+    (:func:`derived.derive_setup`, per GPU, LLM and engine set-up) from ``memo``; the same floats."""
+    g, llm, wl = row
+    c = {**memo.spec(g, F.gpu_columns), **memo.spec(llm, F.llm_columns), **memo.spec(wl, F.workload_columns)}
+    key = ("setup", capacity._key(row, False))
+    setup = memo.capacity_get(key, row)
+    if setup is None:
+        derive_setup(c)
+        memo.capacity_put(key, row, {k: c[k] for k in SETUP_COLUMNS})
+    else:
+        c.update(setup)
+    return derive_load(c)  # type: ignore[return-value]
 
 
 def _server_numbers(bundle: ModelBundle, row: Row, c: dict[str, float], learned: bool,
@@ -185,6 +206,7 @@ def _server_numbers(bundle: ModelBundle, row: Row, c: dict[str, float], learned:
 
 
 _ITL_ONLY = (ITL,)
+_POWER_ONLY = (POWER,)
 
 
 def _capacity(bundle: ModelBundle, row: Row, c: dict[str, float], learned: bool) -> Capacity:
@@ -200,15 +222,6 @@ def _capacity(bundle: ModelBundle, row: Row, c: dict[str, float], learned: bool)
 def _array_row(c: dict[str, float]) -> F.Columns:
     """One row of float columns as one-row arrays (for the vectorised code it shares)."""
     return {k: np.array([v]) for k, v in c.items() if not k.startswith("feature:")}
-
-
-def _sub_batch_itl(itl: float, batch: float, grid_batch: tuple[float, ...], grid_itl: tuple[float, ...]) -> float:
-    """:func:`capacity.sub_batch_itl` of one row on floats (same operations, so the same bits)."""
-    best = 0.0
-    for b, i in zip(grid_batch, grid_itl):
-        if b <= batch and math.isfinite(i) and i > 0.0:
-            best = max(best, b / i)
-    return ops.minimum(itl, batch / best) if best > 0.0 else itl
 
 
 def predict_one(bundle: ModelBundle, row: Row) -> Prediction | None:

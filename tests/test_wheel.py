@@ -99,9 +99,11 @@ def test_committed_wheel_matches_the_tree(built: Path) -> None:
 # compressed), the two ONNX models (62 KB) and the training package (79 KB). Since hatch_build.py ships those
 # three artifacts xz-packed (83 KB instead of 102 KB) the wheel was about 401 KB; issue 41's layout search
 # (layout.py, layout_search.py, the page's controls, parallel_rows.py: ~15 KB), issue 38's TTFT fit (ttft_fit.py,
-# training ttft.py: ~8 KB) and the serving solve bring it to about 427 KB. The 400 KB target is MISSED; this
-# guards against further growth.
-WHEEL_BUDGET_BYTES = 430_000
+# training ttft.py: ~8 KB) and the serving solve bring it to about 427 KB; predict with a layout
+# (layout_predict.py, ~5 KB) and the rank fast paths to about 440 KB (2026-12-06). The 400 KB target is MISSED:
+# the training package (86 KB compressed) rides in the runtime wheel, and only a separate training
+# distribution would bring the runtime under 400 KB (left for the issue). This guards against further growth.
+WHEEL_BUDGET_BYTES = 445_000
 
 
 def _runtime_requirements(wheel: Path) -> list[str]:

@@ -145,11 +145,13 @@ LLM_SIZE_FREE_ITL_GRID: tuple[ModelRecipe, ...] = (*_grid(ITL, "log_excess_over_
 # layer count, so the +1 costs nothing, while in units of layers x overhead it must fall with depth (a +1 on
 # layers there cost 1.5 points of ITL LOGO and 10 of TP ITL LOGO). Nested LOGO on the corrected catalog: 17.8 %
 # (was 18.4 %), TP 22.9 % (was 24.9 %), 0 catalog inversions (reports/issue38_experiments.md, round 4).
+ITL_LLM_MONOTONE: dict[str, int] = {"llm_weights_gb": +1, "llm_layers": +1}
+
+
 def _physics_itl(m: ModelRecipe) -> ModelRecipe:
     feats = tuple("llm_weights_gb" if f == "llm_log_params_b" else f for f in m.features)
     transform = "log_excess_over_layer_overhead" if m.transform == "log_excess_over_step" else m.transform
-    return replace(m, features=feats, transform=transform,
-                   monotone={**m.monotone, "llm_weights_gb": +1, "llm_layers": +1})
+    return replace(m, features=feats, transform=transform, monotone={**m.monotone, **ITL_LLM_MONOTONE})
 
 
 ITL_GRID: tuple[ModelRecipe, ...] = tuple(_physics_itl(m) for m in LLM_SIZE_FREE_ITL_GRID)

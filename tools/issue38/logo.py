@@ -40,6 +40,13 @@ def design(target: str, name: str) -> R.Recipe:
         grid = tuple(replace(m, transform="log_excess_over_layer_overhead" if m.transform == "log_excess_over_step"
                              else m.transform, monotone={**m.monotone, "llm_layers": +1})
                      for m in design(target, "mono_shard").grid[target])
+    elif name == "layer_units_params":  # as layer_units, with log(parameters) +1 in place of bytes per GPU
+        grid = tuple(replace(m, features=tuple("llm_log_params_b" if f == "llm_weights_gb" else f for f in m.features),
+                             monotone={**{k: v for k, v in m.monotone.items() if k != "llm_weights_gb"},
+                                       "llm_log_params_b": +1})
+                     for m in design(target, "layer_units").grid[target])
+    elif name == "layer_units_steps":  # as layer_units, the two step candidates only (no roofline-units candidate)
+        grid = design(target, "layer_units").grid[target][:2]
     elif name == "no_llm_size":  # the learned excess a function of GPU, engine, batch (and weight-read time, +1)
         grid = tuple(replace(m, features=tuple(f for f in m.features if f not in ("llm_log_params_b", "llm_layers")))
                      for m in grid)

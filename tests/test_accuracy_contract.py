@@ -17,7 +17,7 @@ from wattgpu_train.calibrate import interval_factors
 from wattgpu_train.dataset import build_dataset
 from wattgpu_train.loading import load_catalog, load_training_records
 from wattgpu_train.measurements import load_measurements
-from wattgpu_train.recipes import DEFAULT, MONOTONE
+from wattgpu_train.recipes import DEFAULT, ITL_LLM_MONOTONE, MONOTONE
 
 from .helpers import run_cli
 from .synthetic_watt_counts import make_synthetic_watt_counts
@@ -32,17 +32,33 @@ SWEEP_BATCHES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 38
 
 
 # ---------------------------------------------------------------- monotonicity
+def _directions(target: str) -> dict[str, int]:
+    """Every input with a physical direction; for ITL also the LLM's size (issue 38: reads more, never faster)."""
+    return {**MONOTONE, **ITL_LLM_MONOTONE} if target == "itl" else MONOTONE
+
+
 def test_every_directional_input_is_constrained():
     for target in ("power", "itl"):
         for m in DEFAULT.candidates(target):
             for f in m.features:
-                if f in MONOTONE:
-                    assert m.monotone.get(f) == MONOTONE[f], (target, f)
+                if f in _directions(target):
+                    assert m.monotone.get(f) == _directions(target)[f], (target, f)
     schema = json.loads((MODELS / "feature_schema.json").read_text())
     for target, entry in schema["models"].items():
         names = [f["name"] for f in entry["features"]]
-        want = {f: MONOTONE[f] for f in names if f in MONOTONE}
+        want = {f: _directions(target)[f] for f in names if f in _directions(target)}
         assert entry["xgboost_params"]["monotone_constraints"] == want, target
+
+
+def test_every_llm_input_of_the_itl_trees_rises_with_the_llm():
+    """Issue 38: each input of the ITL trees that depends on the LLM (on one GPU) may only raise ITL, so a model with
+    at least another's bytes, FLOPs and layers is never predicted faster on the same GPU, batch and engine."""
+    llm_inputs = {"llm_weights_gb", "llm_layers", "llm_log_params_b", "llm_active_params_b", "llm_hidden",
+                  "llm_kv_heads", "llm_kv_kb_per_token", "log_weight_read_s", "bw_latency_s", "compute_latency_s",
+                  "log_overhead_share"}
+    for m in DEFAULT.candidates("itl"):
+        for f in set(m.features) & llm_inputs:
+            assert m.monotone.get(f) == +1, f
 
 
 @pytest.mark.parametrize("kind", ["offline", "closed_loop"])

@@ -20,7 +20,7 @@ UNITS = {POWER: "W", ITL: "s/token"}
 
 # Transforms whose physical value is bounded whatever the trees output (the default recipe uses only these).
 BOUNDED = frozenset({"logit_activity_over_duty", "log_excess_over_roofline", "log_excess_over_step",
-                     "log_excess_over_step_time"})
+                     "log_excess_over_step_time", "log_excess_over_layer_overhead"})
 
 # Bounded transforms (issue 21): what the model outputs is mapped INTO the physical range, so no cap or
 # clip after the fact does the work. Power = idle + (TDP − idle)·σ(z + logit a₀) lies strictly between the
@@ -56,6 +56,11 @@ def _power_from_logit(z: np.ndarray, c: Columns) -> np.ndarray:
 def _step_excess_s(c: Columns) -> np.ndarray:
     """The physical step's time beyond the roofline: layers × the engine's per-layer overhead (> 0)."""
     return c["step_overhead_s"]
+
+
+def _layer_overhead_s(c: Columns) -> np.ndarray:
+    """The engine's per-layer step overhead (> 0): the step excess divided by the layer count."""
+    return c["step_overhead_s"] / c["llm_num_layers"]
 
 
 Transform = tuple[Callable[[np.ndarray, Columns], np.ndarray], Callable[[np.ndarray, Columns], np.ndarray], str]
@@ -97,6 +102,13 @@ TRANSFORMS: dict[str, Transform] = {
         lambda z, c: c["roofline_itl_s"] + _step_excess_s(c) * ops.exp(z),
         "log((ITL − roofline) / (layers × engine overhead)): ITL = roofline + overhead·e^learned, above the "
         "roofline floor by construction",
+    ),
+    "log_excess_over_layer_overhead": (
+        lambda y, c: ops.log(ops.maximum(y - c["roofline_itl_s"], EXCESS_MIN * c["roofline_itl_s"]) / _layer_overhead_s(c)),
+        lambda z, c: c["roofline_itl_s"] + _layer_overhead_s(c) * ops.exp(z),
+        "log((ITL − roofline) / engine per-layer overhead): the step's excess in units of ONE layer's overhead, so "
+        "the trees carry the layer count themselves (under a +1 constraint: a deeper model is never faster); "
+        "ITL = roofline + overhead·e^learned, above the roofline floor by construction",
     ),
     "log_excess_over_step_time": (
         lambda y, c: ops.log(ops.maximum(y - c["roofline_itl_s"], EXCESS_MIN * c["roofline_itl_s"]) / c["step_time_s"]),

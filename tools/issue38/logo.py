@@ -1,7 +1,10 @@
 """Issue 38: held-out scores of one target's candidate grid (nested selection, as `wattgpu-train evaluate`
 does it) on chosen splits, for designs tried before they are wired into the recipe. Run from the repository root:
 
-    python tools/issue38/logo.py itl shipped|monotone_llm [logo lolo]
+    python tools/issue38/logo.py itl DESIGN [logo lolo]
+
+For ITL every design starts from ``recipes.LLM_SIZE_FREE_ITL_GRID`` (the grid shipped until round 3, design
+``shipped``); ``default`` is today's ``recipes.DEFAULT`` grid (round 4: ``layer_units``).
 """
 import sys
 import time
@@ -18,7 +21,7 @@ from wattgpu_train.measurements import load_measurements
 
 
 def design(target: str, name: str) -> R.Recipe:
-    grid = R.DEFAULT.candidates(target)
+    grid = R.LLM_SIZE_FREE_ITL_GRID if target == "itl" else R.DEFAULT.candidates(target)
     if name == "monotone_llm":  # LLM size may only raise the learned excess (ITL) / activity (power)
         grid = tuple(replace(m, monotone={**m.monotone, **{f: +1 for f in ("llm_log_params_b", "llm_layers")
                                                            if f in m.features}}) for m in grid)
@@ -27,6 +30,23 @@ def design(target: str, name: str) -> R.Recipe:
     elif name == "mono_shard":  # the LLM's size as the weight bytes each GPU holds (+1) instead of log(params)
         grid = tuple(replace(m, features=tuple("llm_weights_gb" if f == "llm_log_params_b" else f for f in m.features),
                              monotone={**m.monotone, "llm_weights_gb": +1}) for m in grid)
+    elif name in ("shard_layers", "shard_no_layers"):  # round 4: shard +1 and layers +1 / layers dropped
+        grid = design(target, "mono_shard").grid[target]
+        if name == "shard_layers":
+            grid = tuple(replace(m, monotone={**m.monotone, "llm_layers": +1}) for m in grid)
+        else:
+            grid = tuple(replace(m, features=tuple(f for f in m.features if f != "llm_layers")) for m in grid)
+    elif name == "layer_units":  # round 4: excess in units of one layer's overhead; shard +1, layers +1
+        grid = tuple(replace(m, transform="log_excess_over_layer_overhead" if m.transform == "log_excess_over_step"
+                             else m.transform, monotone={**m.monotone, "llm_layers": +1})
+                     for m in design(target, "mono_shard").grid[target])
+    elif name == "layer_units_params":  # as layer_units, with log(parameters) +1 in place of bytes per GPU
+        grid = tuple(replace(m, features=tuple("llm_log_params_b" if f == "llm_weights_gb" else f for f in m.features),
+                             monotone={**{k: v for k, v in m.monotone.items() if k != "llm_weights_gb"},
+                                       "llm_log_params_b": +1})
+                     for m in design(target, "layer_units").grid[target])
+    elif name == "layer_units_steps":  # as layer_units, the two step candidates only (no roofline-units candidate)
+        grid = design(target, "layer_units").grid[target][:2]
     elif name == "no_llm_size":  # the learned excess a function of GPU, engine, batch (and weight-read time, +1)
         grid = tuple(replace(m, features=tuple(f for f in m.features if f not in ("llm_log_params_b", "llm_layers")))
                      for m in grid)
@@ -44,6 +64,8 @@ def design(target: str, name: str) -> R.Recipe:
         grid = tuple(replace(m, features=tuple(f for f in m.features if f != "llm_log_params_b")) for m in grid)
     elif name == "power_nested_size":  # both forms as candidates: the training folds choose
         grid = (*grid, *(replace(m, features=tuple(f for f in m.features if f != "llm_log_params_b")) for m in grid))
+    elif name == "default":
+        grid = R.DEFAULT.candidates(target)
     elif name != "shipped":
         raise SystemExit(f"unknown design {name}")
     return replace(R.DEFAULT, grid={**R.DEFAULT.grid, target: grid})

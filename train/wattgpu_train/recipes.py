@@ -62,7 +62,8 @@ _PHYS = ("bw_latency_s", "compute_latency_s", "log_roofline_itl", "roofline_comp
 # itself rises with the batch (duty power; roofline + per-layer overhead), makes predicted power and
 # ITL non-decreasing in the batch. ``log_weight_read_s`` (weights / bandwidth) rises as bandwidth
 # falls: +1 keeps ITL non-increasing in bandwidth. The arrival rate (server rows) may only raise power.
-# Stack descriptors (kind, engine, era, ITL statistic) and LLM size have no physical direction.
+# Stack descriptors (kind, engine, era, ITL statistic) have no physical direction; the LLM's size has one for ITL
+# (``_physics_itl`` below: bytes per GPU and layers +1), none in power (where the default reads log(parameters)).
 MONOTONE: dict[str, int] = {
     "wl_log_eff_batch": +1, "roofline_duty": +1, "log_roofline_itl": +1, "roofline_compute_share": +1,
     "weights_compute_share": +1, "log_roofline_tok_s_per_w": +1, "wl_log_arrival_rate": +1,
@@ -127,21 +128,36 @@ def _grid(target: str, transform: str, depths: tuple[int, ...]) -> tuple[ModelRe
 # overhead, or by the roofline itself). The 0.2 models (unbounded ratio targets, clipped afterwards) are
 # kept as the ``v0_2`` recipe so evaluate scores both on the same splits.
 POWER_GRID: tuple[ModelRecipe, ...] = _grid(POWER, "logit_activity_over_duty", (3, 2, 4))
-ITL_GRID: tuple[ModelRecipe, ...] = (*_grid(ITL, "log_excess_over_step", (3, 2)), *_grid(ITL, "log_excess_over_roofline", (3,)))
+# The ITL grid shipped until issue 38 round 4: log(parameters) and the layer count unconstrained, so a bigger model
+# could be predicted faster (35 of 133,792 strict-dominance comparisons on the catalog). Kept for the design scripts
+# (tools/issue38/logo.py builds its designs on it).
+LLM_SIZE_FREE_ITL_GRID: tuple[ModelRecipe, ...] = (*_grid(ITL, "log_excess_over_step", (3, 2)),
+                                                    *_grid(ITL, "log_excess_over_roofline", (3,)))
+
+
+# Issue 38, physics by construction for ITL: a model that reads more is never predicted faster. Every input that
+# depends on the LLM carries a +1 direction: the weight bytes each GPU holds (``llm_weights_gb``, the TP shard;
+# quantised weights count their real bytes) in place of the unconstrained log(parameters), the layer count, and
+# the weight-read time; with a physical base that itself rises with bytes, FLOPs and layers (roofline +
+# overhead), a model with at least the bytes, FLOPs, KV and layers of another, on the same GPU, batch and engine,
+# is never predicted faster. The step candidates learn the excess in units of ONE layer's engine overhead
+# (``log_excess_over_layer_overhead``), not of layers x overhead: in those units the measured excess grows with the
+# layer count, so the +1 costs nothing, while in units of layers x overhead it must fall with depth (a +1 on
+# layers there cost 1.5 points of ITL LOGO and 10 of TP ITL LOGO). Nested LOGO on the corrected catalog: 17.8 %
+# (was 18.4 %), TP 22.9 % (was 24.9 %), 0 catalog inversions (reports/issue38_experiments.md, round 4).
+ITL_LLM_MONOTONE: dict[str, int] = {"llm_weights_gb": +1, "llm_layers": +1}
+
+
+def _physics_itl(m: ModelRecipe) -> ModelRecipe:
+    feats = tuple("llm_weights_gb" if f == "llm_log_params_b" else f for f in m.features)
+    transform = "log_excess_over_layer_overhead" if m.transform == "log_excess_over_step" else m.transform
+    return replace(m, features=feats, transform=transform, monotone={**m.monotone, **ITL_LLM_MONOTONE})
+
+
+ITL_GRID: tuple[ModelRecipe, ...] = tuple(_physics_itl(m) for m in LLM_SIZE_FREE_ITL_GRID)
 
 DEFAULT = Recipe(name="default", power=POWER_GRID[0], itl=ITL_GRID[0],
                  grid={POWER: POWER_GRID, ITL: ITL_GRID})
-
-
-# Issue 38, physics by construction for ITL: the learned excess may not fall as the LLM grows. The LLM's size
-# enters as the weight bytes each GPU holds (``llm_weights_gb``, the TP shard; quantised weights count their
-# real bytes) under a +1 constraint, in place of the unconstrained log(parameters); with the physical base
-# (roofline + layers x overhead, itself rising with bytes, FLOPs and layers) a model that holds and reads more
-# weights on the same GPU, batch and engine is never predicted faster through that input. The layer count stays
-# unconstrained (constraining it too cost 1 point of ITL LOGO and 6 of TP ITL LOGO: reports/issue38_experiments.md).
-def _physics_itl(m: ModelRecipe) -> ModelRecipe:
-    feats = tuple("llm_weights_gb" if f == "llm_log_params_b" else f for f in m.features)
-    return replace(m, features=feats, monotone={**m.monotone, "llm_weights_gb": +1})
 
 
 # Power, same issue: the LLM enters only through the physics (roofline time, duty, compute share, tokens/s per W,
@@ -152,10 +168,11 @@ def _physics_power(m: ModelRecipe) -> ModelRecipe:
     return replace(m, features=tuple(f for f in m.features if f != "llm_log_params_b"))
 
 
-PHYSICS_ITL_GRID: tuple[ModelRecipe, ...] = tuple(_physics_itl(m) for m in ITL_GRID)
+# The physics recipe differs from the default in power only (its ITL grid is the default's, so evaluate reuses
+# those predictions).
 PHYSICS_POWER_GRID: tuple[ModelRecipe, ...] = tuple(_physics_power(m) for m in POWER_GRID)
-PHYSICS = Recipe(name="physics", power=PHYSICS_POWER_GRID[0], itl=PHYSICS_ITL_GRID[0],
-                 grid={POWER: PHYSICS_POWER_GRID, ITL: PHYSICS_ITL_GRID})
+PHYSICS = Recipe(name="physics", power=PHYSICS_POWER_GRID[0], itl=ITL_GRID[0],
+                 grid={POWER: PHYSICS_POWER_GRID, ITL: ITL_GRID})
 
 V0_2_POWER_GRID = _grid(POWER, "log_ratio_to_duty_power", (3, 2, 4))
 V0_2_ITL_GRID = _grid(ITL, "log_ratio_to_step_time", (3, 2, 4))

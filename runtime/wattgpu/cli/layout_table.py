@@ -45,6 +45,7 @@ def print_layout_prediction(p: dict[str, Any], pue: float, usd_per_gpu_hour: flo
     """Print ``predict``'s answer for a layout (``p``: :data:`wattgpu.record.LAYOUT_PREDICTION`'s JSON) for
     people."""
     from ..cli.base import num
+    from .text import money_rows
 
     lay, wl, e = p["layout"], p["workload"], p["energy"]
     link = f", {lay['interconnect']} between nodes" if lay["nodes"] > 1 else ""
@@ -68,13 +69,7 @@ def print_layout_prediction(p: dict[str, Any], pue: float, usd_per_gpu_hour: flo
                               f"{num(e['kwh_per_mtok'], '.3f')} kWh per million tokens (all {p['gpus']} GPUs)"),
         ("baselines", f"TDP {p['baselines']['tdp_w']:.0f} W, load-scaled TDP {p['baselines']['ls_tdp_w']:.0f} W per GPU"),
     ]
-    if e["usd_per_mtok"] is not None:
-        rows.append(("cost", f"${num(e['usd_per_mtok'], '.4f')} per million tokens (PUE {pue:g})"))
-    if e["usd_per_mtok_gpu_hours"] is not None:
-        rows.append(("GPU rent", f"${num(e['usd_per_mtok_gpu_hours'], '.4f')} per million tokens "
-                                 f"(${usd_per_gpu_hour:g} per GPU-hour × {p['gpus']} GPUs)"))
-    if e["gco2_per_mtok"] is not None:
-        rows.append(("carbon", f"{num(e['gco2_per_mtok'], '.1f')} gCO2e per million tokens (PUE {pue:g})"))
+    rows += money_rows(e, pue, usd_per_gpu_hour, f"{p['gpus']} GPUs")
     sla = p.get("sla")
     if sla is not None:
         rows.insert(3, ("SLA", "met" if sla["met"] else f"not met: {sla['reason']}"))

@@ -12,7 +12,7 @@ from .. import questions as Q
 from ..record import field
 from .base import _predictor, guarded, main, num
 from .options import dtype_option, make_workload, models_option, option, options, price_options, workload_options
-from .text import bound_text, explain_power_method, ttft_text
+from .text import bound_text, explain_power_method, money_rows, ttft_text
 
 SHOWN_ROW_ERRORS = Q.SHOWN_ROW_ERRORS
 ITL = field("itl_s")  # scaled, formatted and named for people as the output declaration says (s → ms)
@@ -119,13 +119,7 @@ def predict(llm: str | None, gpu: str | None, as_json: bool, usd_per_kwh: float 
                                 f"{ar.human_unit} per decode step)"))
     if p["idle_power_w"] is not None:
         rows.append(("idle power", f"{p['idle_power_w']:.1f} W ({p['idle_power_source']})"))
-    if e["usd_per_mtok"] is not None:
-        rows.append(("cost", f"${num(e['usd_per_mtok'], '.4f')} per million tokens (PUE {pue:g})"))
-    if e["usd_per_mtok_gpu_hours"] is not None:
-        rows.append(("GPU rent", f"${num(e['usd_per_mtok_gpu_hours'], '.4f')} per million tokens "
-                                 f"(${usd_per_gpu_hour:g} per GPU-hour × {p['tp']} GPU(s))"))
-    if e["gco2_per_mtok"] is not None:
-        rows.append(("carbon", f"{num(e['gco2_per_mtok'], '.1f')} gCO2e per million tokens (PUE {pue:g})"))
+    rows += money_rows(e, pue, usd_per_gpu_hour, f"{p['tp']} GPU(s)")
     if sla is not None:
         rows.insert(3, ("SLA", f"batch cap {sla['max_batch']} meets it at the lowest energy per token" if sla["met"]
                         else f"not met: {sla['reason']} (shown at batch cap {sla['max_batch']})"))

@@ -44,3 +44,17 @@ def explain_power_method(method: str) -> str:
     if method.startswith("learned (server"):
         return "is predicted directly by the model, which was trained on measured server (arrival-rate) runs"
     return "is predicted directly by the model trained on measured runs"
+
+
+def money_rows(e: dict[str, Any], pue: float, usd_per_gpu_hour: float | None, gpus: str) -> list[tuple[str, str]]:
+    """The cost, GPU rent and carbon lines of a human table from an answer's ``energy`` block (those asked for);
+    ``gpus``: how many GPUs the rent covers, in words."""
+    rows = []
+    if e["usd_per_mtok"] is not None:
+        rows.append(("cost", f"${num(e['usd_per_mtok'], '.4f')} per million tokens (PUE {pue:g})"))
+    if e["usd_per_mtok_gpu_hours"] is not None:
+        rows.append(("GPU rent", f"${num(e['usd_per_mtok_gpu_hours'], '.4f')} per million tokens "
+                                 f"(${usd_per_gpu_hour:g} per GPU-hour × {gpus})"))
+    if e["gco2_per_mtok"] is not None:
+        rows.append(("carbon", f"{num(e['gco2_per_mtok'], '.1f')} gCO2e per million tokens (PUE {pue:g})"))
+    return rows

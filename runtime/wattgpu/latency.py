@@ -120,7 +120,7 @@ def ttft(cols: Any, budget: Any, batch: Any, step_s: Any, req_rate: Any, slot_wa
     queue = rho / (2.0 * (1.0 - rho)) * stage
     # a closed loop's client spends the excess away from the engine, not queueing for a slot: its cycle is
     # clients / request rate either way (Little's law), so the excess adds only beyond the slot wait
-    excess = excess_steps * step_s + burst_s + pcie_comm * comm * (1.0 - cols["link_is_nvlink"])
+    excess = excess_steps * step_s + burst_s + pcie_comm * pcie_allreduce_s(cols, comm)
     closed = cols["wl_kind_code"] == CLOSED_LOOP_CODE
     excess = ops.where(closed, ops.maximum(excess - slot_wait_s, 0.0), excess)
     return {"ttft_s": slot_wait_s + queue + own + excess, "prefill_s": own, "prefill_queue_s": queue,
@@ -133,6 +133,12 @@ def prefill_allreduce_s(cols: Any) -> Any:
     over every prompt token's activations (:func:`parallel.comm_step_s` at batch = input tokens); 0 on one GPU."""
     return parallel.comm_step_s(cols["llm_num_layers"], cols["wl_input_tokens"], cols["llm_hidden_size"],
                                 cols["wl_tp"], cols["link_gb_s"], cols["link_latency_s"])
+
+
+def pcie_allreduce_s(cols: Any, comm: Any = None) -> Any:
+    """The prompt's all-reduce time (``comm``, default :func:`prefill_allreduce_s`) where the TP group's link is
+    PCIe, 0 on NVLink: what the fitted ``pcie_comm`` multiplies (:mod:`ttft_fit`)."""
+    return (prefill_allreduce_s(cols) if comm is None else comm) * (1.0 - cols["link_is_nvlink"])
 
 
 def closed_loop_wait(clients: Any, req_rate: Any, req_s: Any) -> Any:

@@ -25,6 +25,7 @@ import pandas as pd
 
 from wattgpu.capacity import prefill_s
 from wattgpu.errors import WattGPUError
+from wattgpu.latency import pcie_allreduce_s
 from wattgpu.specs import Catalog
 from wattgpu.targets import ITL
 from wattgpu.ttft_fit import BURST_INTERVAL_SHARE, TtftFit
@@ -96,8 +97,7 @@ def ttft_rows(records: pd.DataFrame, catalog: Catalog, predictor: Any = None) ->
     roof = np.asarray(prefill_s(ds.cols), dtype=np.float64)
     wait = np.nan_to_num(np.array([part(r, "slot_wait_s") for r in res]), nan=0.0)
     closed = np.array([w.kind == "closed_loop" for _, _, w in triples])
-    comm = np.nan_to_num(np.array([part(r, "prefill_allreduce_s") for r in res]), nan=0.0)
-    comm = comm * (1.0 - np.asarray(ds.cols["link_is_nvlink"], dtype=np.float64))
+    comm = np.asarray(pcie_allreduce_s(ds.cols), dtype=np.float64)
     return TtftRows(y[ok], physics[ok], step[ok], burst[ok], roof[ok], ds.records["gpu"].to_numpy()[ok],
                     sources[ok], int((~ok).sum()), wait[ok], closed[ok], comm[ok])
 

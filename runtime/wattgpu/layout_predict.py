@@ -20,11 +20,11 @@ measured expert-, data- and pipeline-parallel rows their ITL reads far low (repo
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
+from . import capacity, physics
 from . import layout as L
-from . import physics
 from .energy import energy_figures
 from .errors import SpecValidationError
 
@@ -240,7 +240,7 @@ def predict_layout(gpu: Any, llm: Any, wl: Any, lay: L.Layout, model: str | None
     if wl.kind == "server":
         n = _server_sequences(gpu, llm, lay, wl, cap)
         if n is None:
-            warnings.append(f"overloaded: needs {wl.qps:.4g} req/s, sustains at most {max_qps:.4g} req/s")
+            warnings.append(capacity.overload_message(wl.qps, max_qps))
             at, seqs, busy, tok_s = full, float(cap), 1.0, full.tokens_per_s
         else:
             at, seqs = est(n), n
@@ -285,11 +285,9 @@ def predict_answer(predictor: Any, gpu: Any, llm: Any, workload: Any, fields: Ma
         from .rank import check_sla_ms
 
         check_sla_ms(max_itl_ms, max_ttft_ms)
-        over = [f"{name} {value * 1e3:.1f} ms > {limit:g} ms" for name, value, limit in
-                (("ITL", p.itl_s, max_itl_ms), ("TTFT", p.ttft_s, max_ttft_ms)) if limit is not None
-                and value * 1e3 > limit]
-        from dataclasses import replace
-
+        # both limits' misses, each in the words of capacity.sla_miss (which names only the first)
+        over = [m for m in (capacity.sla_miss(p.itl_s, None, max_itl_ms, None),
+                            capacity.sla_miss(p.itl_s, p.ttft_s, None, max_ttft_ms)) if m is not None]
         p = replace(p, sla={"max_itl_ms": max_itl_ms, "max_ttft_ms": max_ttft_ms, "met": not over,
                             "max_batch": workload.max_batch, "reason": "; ".join(over) or None})
     return p.to_dict(prices)

@@ -75,3 +75,23 @@ def test_the_scoreboard_scores_other_llms_and_the_runs_gap(tmp_path):
             v = g["3"]
             assert v["other_llms"]["rest"] <= v["all"]["rest"] and len(v["gap_closed"]) == v["k_used"]
         assert set(r["share_used"]["logo"][target]) == set(r[target]["logo"]["groups"])
+
+
+def test_the_ceilings_fit_their_own_form_and_no_other():
+    """SYNTHETIC rows: truth = prediction × 1.3 × batch^0.2 on one source, × 0.8 on another."""
+    from wattgpu_train.kshot import oracle_fits
+
+    rng = np.random.default_rng(0)
+    lnb = np.log(rng.choice([1, 4, 16, 64, 256], size=40).astype(float))
+    p = rng.uniform(100.0, 500.0, size=40)
+    src = np.where(np.arange(40) < 20, "g|a", "g|b")
+    y = np.where(src == "g|a", p * 1.3 * np.exp(0.2 * lnb), p * 0.8)
+    o = oracle_fits(y, p, lnb, {"source": src, "llm": np.full(40, "g|m")})
+    err = {k: float(np.median(np.abs(v / y - 1))) for k, v in o.items()}
+    assert err["oracle_slope"] < err["oracle"]  # a slope helps when the gap changes with batch
+    only_a = src == "g|a"
+    a = oracle_fits(y[only_a], p[only_a], lnb[only_a], {"source": src[only_a], "llm": src[only_a]})
+    assert np.allclose(a["oracle_slope"], y[only_a], rtol=1e-3)  # its own form is met (almost) exactly
+    assert not np.allclose(a["oracle"], y[only_a], rtol=1e-2)
+    b = oracle_fits(y[~only_a], p[~only_a], lnb[~only_a], {"source": src[~only_a], "llm": src[~only_a]})
+    assert np.allclose(b["oracle_source"], y[~only_a], rtol=1e-9) and np.allclose(b["oracle_llm"], y[~only_a], rtol=1e-9)

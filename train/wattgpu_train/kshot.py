@@ -84,6 +84,8 @@ def group_scores(ds: Dataset, target: str, pred: np.ndarray, idx: np.ndarray, ks
     y = ds.y_physical(target) if y is None else y
     source = ds.records["source"].to_numpy(dtype=object)
     llm = ds.records["llm"].to_numpy(dtype=object)
+    gpu_of = np.array([t[0].name for t in ds.triples], dtype=object)
+    lnb = np.log(np.maximum(np.asarray(ds.cols["eff_batch"], dtype=np.float64), 1.0))
     out: dict[str, Any] = {"rows": int(len(idx))}
     for k in ks:
         cal_rows = calibration_rows(ds.records, idx, k)
@@ -101,12 +103,52 @@ def group_scores(ds: Dataset, target: str, pred: np.ndarray, idx: np.ndarray, ks
         for name, keep in (("all", np.ones(len(rest), dtype=bool)), ("same_source", source[rest] == source[cal_rows[0]]),
                            ("other_llms", llm[rest] != llm[cal_rows[0]])):
             yk, pk = y[rest][keep], pred[rest][keep]
-            # the ceiling of any one factor per group: fitted on the scored rows themselves (an oracle, not a method)
-            oracle = pk * float(np.exp(np.median(np.log(yk / pk)))) if len(yk) else pk
+            oracles = oracle_fits(yk, pk, lnb[rest][keep], {"source": (gpu_of + "|" + source)[rest][keep],
+                                                            "llm": (gpu_of + "|" + llm)[rest][keep]})
             entry[name] = {"rest": int(keep.sum()), "mdape_before": _mdape(yk, pk),
                            "mdape_after": _mdape(yk, fixed[keep]), "y": yk.tolist(),
-                           "before": pk.tolist(), "after": fixed[keep].tolist(), "oracle": oracle.tolist()}
+                           "before": pk.tolist(), "after": fixed[keep].tolist(),
+                           **{key: v.tolist() for key, v in oracles.items()}}
         out[str(k)] = entry
+    return out
+
+
+# Ceilings, fitted in hindsight on the scored rows themselves (oracles, not methods): what the best correction
+# of each form would reach. "oracle": one factor per group; "oracle_slope": per group a factor times batch^slope
+# (median regression of the log-ratio on ln batch); "oracle_source": one factor per (GPU, source);
+# "oracle_llm": one factor per (GPU, LLM) — what is left after it is not a level of any kind.
+ORACLES = {"oracle": "oracle level", "oracle_slope": "oracle level + slope", "oracle_source": "oracle (GPU, source)",
+           "oracle_llm": "oracle (GPU, LLM)"}
+
+
+def _median_line(x: np.ndarray, r: np.ndarray, iters: int = 50) -> tuple[float, float]:
+    """(a, b) minimising Σ|r − a − b·x| (iteratively reweighted least squares); b = 0 when x does not vary."""
+    if len(r) < 3 or np.ptp(x) < 1e-9:
+        return float(np.median(r)) if len(r) else 0.0, 0.0
+    X = np.column_stack([np.ones_like(x), x])
+    w = np.ones_like(r)
+    coef = np.zeros(2)
+    for _ in range(iters):
+        sw = np.sqrt(w)
+        coef = np.linalg.lstsq(X * sw[:, None], r * sw, rcond=None)[0]
+        w = 1.0 / np.maximum(np.abs(r - X @ coef), 1e-6)
+    return float(coef[0]), float(coef[1])
+
+
+def oracle_fits(y: np.ndarray, p: np.ndarray, lnb: np.ndarray, pair: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The scored rows' predictions corrected by each :data:`ORACLES` form, fitted on those rows' truth
+    (``pair``: "source" / "llm" → the (GPU, that) label of each row)."""
+    out = {key: p.copy() for key in ORACLES}
+    if not len(y):
+        return out
+    r = np.log(y / p)
+    out["oracle"] = p * np.exp(np.median(r))
+    a, b = _median_line(lnb, r)
+    out["oracle_slope"] = p * np.exp(a + b * lnb)
+    for kind, labels in pair.items():
+        for lab in set(labels.tolist()):
+            m = labels == lab
+            out[f"oracle_{kind}"][m] = p[m] * np.exp(np.median(r[m]))
     return out
 
 
@@ -238,13 +280,16 @@ def summarize(groups: dict[str, Any], ks: tuple[int, ...]) -> dict[str, Any]:
         for k in ks:
             parts = {name: g[str(k)][scored] for name, g in groups.items() if g[str(k)][scored]["rest"] > 0}
             cat = {key: np.concatenate([p[key] for p in parts.values()]) if parts else np.array([])
-                   for key in ("y", "before", "after", "oracle")}
+                   for key in ("y", "before", "after", *ORACLES)}
             med = {key: float(np.median([p[f"mdape_{key}"] for p in parts.values()])) if parts else float("nan")
                    for key in ("before", "after")}
             closed = [c for g in groups.values() for c in g[str(k)].get("gap_closed", [])]
             res[scored][str(k)] = {
                 "groups": len(parts), "rows": int(len(cat["y"])), "mdape_before": _mdape(cat["y"], cat["before"]),
                 "mdape_after": _mdape(cat["y"], cat["after"]), "mdape_oracle_level": _mdape(cat["y"], cat["oracle"]),
+                "mdape_oracle_slope": _mdape(cat["y"], cat["oracle_slope"]),
+                "mdape_oracle_source": _mdape(cat["y"], cat["oracle_source"]),
+                "mdape_oracle_llm": _mdape(cat["y"], cat["oracle_llm"]),
                 "median_group_before": med["before"], "median_group_after": med["after"],
                 "gap_closed_median": float(np.median(closed)) if closed else float("nan"),
                 "groups_worse": [n for n, p in parts.items() if _worse(p)]}
@@ -259,7 +304,7 @@ def _strip(out: dict[str, Any]) -> dict[str, Any]:
                 for v in g.values():
                     if isinstance(v, dict):
                         for scored in SCORED:
-                            for key in ("y", "before", "after", "oracle"):
+                            for key in ("y", "before", "after", *ORACLES):
                                 v[scored].pop(key, None)
     return _round(out)
 
@@ -307,8 +352,9 @@ def markdown(r: dict[str, Any]) -> str:
             lines.append(f"- {sp.upper()} {t}: " + ", ".join(f"{g} {v:g}" for g, v in used.items()))
     lines += [""]
     lines += ["| split | quantity | scored | k | groups | rows | MdAPE uncalibrated | MdAPE calibrated | target (k=3) | met | "
-              "oracle level | median of groups (before → after) | runs' gap closed (median) | groups worse |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "oracle level | oracle level + slope | oracle (GPU, source) | oracle (GPU, LLM) | median of groups (before → after) | "
+              "runs' gap closed (median) | groups worse |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for split in KSHOT_SPLITS:
         for target in quantities:
             for scored in (SCORED if split == "logo" else ("all",)):
@@ -323,6 +369,8 @@ def markdown(r: dict[str, Any]) -> str:
                     lines.append(f"| {split.upper()} | {target} | {scored.replace('_', ' ')} | {k} | {s['groups']} | "
                                  f"{s['rows']} | {_pct(s['mdape_before'])} | {_pct(s['mdape_after'])} | "
                                  f"{'–' if goal is None else f'≤ {goal:g} %'} | {met} | {_pct(s.get('mdape_oracle_level'))} | "
+                                 f"{_pct(s.get('mdape_oracle_slope'))} | {_pct(s.get('mdape_oracle_source'))} | "
+                                 f"{_pct(s.get('mdape_oracle_llm'))} | "
                                  f"{_pct(s['median_group_before'])} → {_pct(s['median_group_after'])} | "
                                  f"{'–' if gc is None else f'{gc * 100:.0f} %'} | {worse} |")
     for split in KSHOT_SPLITS:
@@ -362,7 +410,9 @@ def summary_lines(r: dict[str, Any]) -> list[str]:
                 f"; target k=3 ≤ {goal:g} %: {'met' if k3['mdape_after'] <= goal else 'MISSED'}")
             gc = k3.get("gap_closed_median")
             out.append(f"k-shot {split.upper()} {target} ({scored.replace('_', ' ')}) MdAPE uncalibrated → calibrated: "
-                       f"{row}{met}; oracle level k=3 {_pct(k3.get('mdape_oracle_level'))}; runs' gap closed k=3 "
+                       f"{row}{met}; ceilings k=3: oracle level {_pct(k3.get('mdape_oracle_level'))}, level + slope "
+                       f"{_pct(k3.get('mdape_oracle_slope'))}, (GPU, source) {_pct(k3.get('mdape_oracle_source'))}, "
+                       f"(GPU, LLM) {_pct(k3.get('mdape_oracle_llm'))}; runs' gap closed k=3 "
                        f"{'–' if gc is None else f'{gc * 100:.0f} %'}; groups worse k=3: "
                        f"{', '.join(k3.get('groups_worse', [])) or 'none'}")
     return out

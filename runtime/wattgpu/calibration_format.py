@@ -13,13 +13,9 @@ from .rules import is_finite_number
 
 TTFT = "ttft"  # time to first token: not a model output, corrected after the serving math (calibration.apply_ttft)
 PARAMS = {POWER: ("offset", "slope"), ITL: ("overhead", "bandwidth"), TTFT: ("scale", "slope")}
-# the first parameter of each quantity is its level. A measured LLM's own share is written as OWN[quantity]: for
-# power a log-ratio on the part above idle ("ratio", applied after the GPU's logit terms: a uniform gap in watts
-# stays uniform up to the TDP); for ITL and TTFT it adds to the level. Format-4 bundles written before "ratio"
-# hold the power share as "offset" (added to the GPU's logit offset), still read as such.
-OWN = {POWER: "ratio", ITL: "overhead", TTFT: "scale"}
-BOUNDS = {POWER: {"offset": (-5.0, 5.0), "slope": (0.0, 1.0), "ratio": (-2.0, 2.0)},
-          ITL: {"overhead": (-4.0, 4.0), "bandwidth": (-0.6, 3.0)}, TTFT: {"scale": (-4.0, 4.0), "slope": (-1.0, 1.0)}}
+# the first parameter of each quantity is its level: the one an LLM's own share moves
+BOUNDS = {POWER: {"offset": (-5.0, 5.0), "slope": (0.0, 1.0)}, ITL: {"overhead": (-4.0, 4.0), "bandwidth": (-0.6, 3.0)},
+          TTFT: {"scale": (-4.0, 4.0), "slope": (-1.0, 1.0)}}
 # format 3 (issue 33): TTFT was reported, never stored; an LLM's own level was fitted and not applied
 V3_PARAMS = {POWER: PARAMS[POWER], ITL: PARAMS[ITL]}
 TARGET_KEYS = ("runs", "gpu", "llm", "other", "sigma", "interval_scale", "loro")
@@ -130,6 +126,6 @@ def read_section(s: Any, models: set[str], version: int = 4) -> None:
                     for llm, p in v.items():
                         if llm not in llms:
                             raise ValueError(f"{where}.llm.{name} names {llm!r}, which is not in calibration.llms")
-                        params(p, t, f"{where}.llm.{name}.{llm}", tuple(dict.fromkeys((allowed_params[t][0], OWN[t]))))
+                        params(p, t, f"{where}.llm.{name}.{llm}", allowed_params[t][:1])
     if not isinstance(s["priors"], dict):
         raise ValueError("calibration.priors must be a JSON object")

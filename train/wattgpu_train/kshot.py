@@ -9,7 +9,8 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from wattgpu.calibration import GPU_SHARE, TTFT, Runs, fit, gap_closed
+from wattgpu.calibration import GPU_SHARE, TTFT, Calibration, Runs, fit, gap_closed
+from wattgpu.calibration_format import PARAMS
 from wattgpu.specs import Catalog
 from wattgpu.targets import TARGETS
 
@@ -44,6 +45,10 @@ RULE = ("the held-out group's LLM with the most single-GPU rows (ties: name), it
 SCORED = ("all", "same_source", "other_llms")
 # GPU_SHARE values tried; each held-out group is scored at the value the rule picks on the other groups
 GPU_SHARE_GRID = (0.1, 0.2, 0.3, 0.5, 0.7, 0.85, 0.95)
+# Design 9 (scored, see reports/calibration_experiments.md): the factor c on the GPU's level where the runs do
+# not all agree in sign with it, or the model's residuals on the GPU's neighbours disagree (1: no gate). A grid
+# of more than one value is nested with the GPU share.
+GATE_GRID: tuple[float, ...] = (1.0,)
 
 
 def calibration_rows(records: pd.DataFrame, idx: np.ndarray, k: int) -> np.ndarray:
@@ -78,8 +83,44 @@ def _corrected(cal: Any, target: str, pred: np.ndarray, cols: dict[str, np.ndarr
     return np.asarray(cal.apply({target: pred}, cols)[target], dtype=np.float64)
 
 
+def neighbour_sign(ds: Dataset, pred: np.ndarray, y: np.ndarray, idx: np.ndarray) -> float:
+    """The sign of the model's median log-ratio (truth / out-of-fold prediction) on the rows outside group
+    ``idx`` whose GPU has the architecture of the group's first GPU (none such: the same source); 0 if none."""
+    arch = np.array([t[0].architecture for t in ds.triples], dtype=object)
+    source = ds.records["source"].to_numpy(dtype=object)
+    out = np.ones(len(y), dtype=bool)
+    out[idx] = False
+    out &= np.isfinite(pred) & np.isfinite(y) & (pred > 0) & (y > 0)
+    nb = out & (arch == arch[idx[0]])
+    if not nb.any():
+        nb = out & (source == source[idx[0]])
+    return float(np.sign(np.median(np.log(y[nb] / pred[nb])))) if nb.any() else 0.0
+
+
+def gate_level(cal: Calibration, target: str, gpu: str, llm: str, runs_gap: np.ndarray, nb_sign: float,
+               c: float) -> bool:
+    """Design 9: keep GPU ``gpu``'s level in full only where every run's gap (log truth / prediction) and the
+    neighbours' residual sign agree with its sign; else multiply it by ``c`` and give what it loses to the
+    measured LLM's own share (its runs keep their fit). True when it gated."""
+    f = cal.targets.get(target)
+    level = PARAMS[target][0]
+    p = None if f is None else f.gpu.get(gpu)
+    if c >= 1.0 or f is None or not p or level not in p or p[level] == 0.0:
+        return False
+    sign = float(np.sign(p[level]))
+    if bool(np.all(np.sign(runs_gap) == sign)) and nb_sign == sign:
+        return False
+    removed = (1.0 - c) * p[level]
+    p[level] *= c
+    own = f.llm.get(gpu, {}).get(llm)
+    if own is not None:
+        own[level] = own.get(level, 0.0) + removed
+    return True
+
+
 def group_scores(ds: Dataset, target: str, pred: np.ndarray, idx: np.ndarray, ks: tuple[int, ...],
-                 gpu_share: float | None = None, other_gpus: bool = False, y: np.ndarray | None = None) -> dict[str, Any]:
+                 gpu_share: float | None = None, other_gpus: bool = False, y: np.ndarray | None = None,
+                 gate: float = 1.0, nb_sign: float = 0.0) -> dict[str, Any]:
     """Before/after MdAPE on group ``idx``'s rows outside each k's calibration rows: all of them …"""
     y = ds.y_physical(target) if y is None else y
     source = ds.records["source"].to_numpy(dtype=object)
@@ -92,6 +133,10 @@ def group_scores(ds: Dataset, target: str, pred: np.ndarray, idx: np.ndarray, ks
         rest = np.setdiff1d(idx, cal_rows)
         runs = runs_of(ds, target, pred, cal_rows, y)
         cal = fit(runs, gpu_share=gpu_share, apply_to_other_gpus=other_gpus)
+        gpu_name = str(ds.triples[cal_rows[0]][0].name)
+        with np.errstate(all="ignore"):
+            gap = np.log(y[cal_rows] / pred[cal_rows])
+        gated = gate_level(cal, target, gpu_name, str(llm[cal_rows[0]]), gap, nb_sign, gate)
         fixed = _corrected(cal, target, pred[rest], {c: v[rest] for c, v in ds.cols.items()})
         f = cal.targets.get(target)
         closed = gap_closed(runs, cal).get(target, np.array([]))
@@ -99,7 +144,7 @@ def group_scores(ds: Dataset, target: str, pred: np.ndarray, idx: np.ndarray, ks
                                  "source": str(source[cal_rows[0]]), "runs_fitted": 0 if f is None else f.runs,
                                  "parameters": None if f is None else dict(f.gpu.get(str(ds.triples[cal_rows[0]][0].name), {})),
                                  "loro": None if f is None or not f.loro else next(iter(f.loro.values())).note,
-                                 "gap_closed": [float(c) for c in closed]}
+                                 "gap_closed": [float(c) for c in closed], "gated": gated}
         for name, keep in (("all", np.ones(len(rest), dtype=bool)), ("same_source", source[rest] == source[cal_rows[0]]),
                            ("other_llms", llm[rest] != llm[cal_rows[0]])):
             yk, pk = y[rest][keep], pred[rest][keep]
@@ -189,9 +234,11 @@ def nested(per_share: dict[float, dict[str, dict[str, Any]]], ks: tuple[int, ...
 
 def kshot(records: pd.DataFrame, catalog: Catalog, recipe: Recipe = DEFAULT, ks: tuple[int, ...] = KS, n_jobs: int = 2,
           preds: dict[str, dict[str, np.ndarray]] | None = None,
-          log: Callable[[str], None] | None = None, share_grid: tuple[float, ...] = GPU_SHARE_GRID) -> dict[str, Any]:
+          log: Callable[[str], None] | None = None, share_grid: tuple[float, ...] = GPU_SHARE_GRID,
+          gate_grid: tuple[float, ...] | None = None) -> dict[str, Any]:
     """The k-shot scoreboard (JSON-ready); ``preds[target][split]``: out-of-fold predictions to reuse, …"""
     log = log or (lambda s: None)
+    gate_grid = GATE_GRID if gate_grid is None else gate_grid
     t0 = time.perf_counter()
     out: dict[str, Any] = {"rule": RULE, "ks": list(ks), "targets_pct": {f"{s} {t}": v for (s, t), v in TARGETS_PCT.items()},
                            "target_scored": TARGET_SCORED,
@@ -219,23 +266,30 @@ def kshot(records: pd.DataFrame, catalog: Catalog, recipe: Recipe = DEFAULT, ks:
 
     grid: dict[str, Any] = {}
     per_split: dict[str, dict[float, dict[str, dict[str, Any]]]] = {s: {} for s in KSHOT_SPLITS}
-    for share in sorted(set(share_grid) | set(GPU_SHARE.values())):
-        log(f"k-shot: scoring GPU share {share:g}")
+    signs: dict[tuple[str, str, str], float] = {}
+    settings = [(sh, c) if len(gate_grid) > 1 else sh
+                for sh in sorted(set(share_grid) | set(GPU_SHARE.values())) for c in sorted(gate_grid)]
+    for setting in settings:
+        share, gate = setting if isinstance(setting, tuple) else (setting, 1.0)
+        log(f"k-shot: scoring GPU share {_setting(setting)}")
         for split, col in KSHOT_SPLITS.items():
-            per_split[split][share] = {}
+            per_split[split][setting] = {}
             for target, (ds, by_split, y) in data.items():
                 pred = by_split[split]
                 groups = {}
                 for g in sorted(ds.records[col].unique()):
                     idx = np.flatnonzero((ds.records[col] == g).to_numpy() & np.isfinite(pred) & np.isfinite(y))
                     if len(idx) >= 2:
-                        groups[str(g)] = group_scores(ds, target, pred, idx, ks, share, other_gpus=split == "loso", y=y)
-                per_split[split][share][target] = groups
-        grid[f"{share:g}"] = {f"{split} {target} k={k}": {
+                        if gate < 1.0 and (split, target, str(g)) not in signs:
+                            signs[(split, target, str(g))] = neighbour_sign(ds, pred, y, idx)
+                        groups[str(g)] = group_scores(ds, target, pred, idx, ks, share, other_gpus=split == "loso", y=y,
+                                                      gate=gate, nb_sign=signs.get((split, target, str(g)), 0.0))
+                per_split[split][setting][target] = groups
+        grid[_setting(setting)] = {f"{split} {target} k={k}": {
             "mdape_after": summarize(per_split[split][share][target], ks)[TARGET_SCORED[split]][str(k)]["mdape_after"],
             "groups_worse": len(summarize(per_split[split][share][target], ks)[TARGET_SCORED[split]][str(k)]["groups_worse"])}
             for target in data for split in KSHOT_SPLITS for k in ks}
-        grid[f"{share:g}"]["selection"] = {split: list(selection_score([per_split[split][share]], ks))
+        grid[_setting(setting)]["selection"] = {split: list(selection_score([per_split[split][share]], ks))
                                            for split in KSHOT_SPLITS}
     out["share_grid"] = grid
     out["gpu_share_rule_pick"] = {}  # the runtime's GPU_SHARE: the rule on all LOGO groups, per quantity
@@ -338,7 +392,7 @@ def markdown(r: dict[str, Any]) -> str:
               "(group, k) cells made worse on other LLMs' rows among the split's OTHER groups (ties: mean log ratio "
               "after/before), per quantity. Runtime `GPU_SHARE`: "
               + ", ".join(f"{t} {v:g}" for t, v in r["gpu_share"].items()) + "; the rule on all LOGO groups: "
-              + ", ".join(f"{t} {v:g}" for t, v in r["gpu_share_rule_pick"].items()) + ".", "",
+              + ", ".join(f"{t} {_setting(v)}" for t, v in r["gpu_share_rule_pick"].items()) + ".", "",
               "| GPU share | LOGO cells worse | LOSO cells worse | LOGO power k=3 (other LLMs) | LOGO ITL k=3 (other LLMs) | "
               "LOSO power k=3 | LOSO ITL k=3 |", "|---|---|---|---|---|---|---|"]
     for sh, cells in r["share_grid"].items():
@@ -349,7 +403,7 @@ def markdown(r: dict[str, Any]) -> str:
     lines += ["", "Share used per held-out group (nested):", ""]
     for sp, by_t in r["share_used"].items():
         for t, used in by_t.items():
-            lines.append(f"- {sp.upper()} {t}: " + ", ".join(f"{g} {v:g}" for g, v in used.items()))
+            lines.append(f"- {sp.upper()} {t}: " + ", ".join(f"{g} {_setting(v)}" for g, v in used.items()))
     lines += [""]
     lines += ["| split | quantity | scored | k | groups | rows | MdAPE uncalibrated | MdAPE calibrated | target (k=3) | met | "
               "oracle level | oracle level + slope | oracle (GPU, source) | oracle (GPU, LLM) | median of groups (before → after) | "
@@ -416,6 +470,11 @@ def summary_lines(r: dict[str, Any]) -> list[str]:
                        f"{'–' if gc is None else f'{gc * 100:.0f} %'}; groups worse k=3: "
                        f"{', '.join(k3.get('groups_worse', [])) or 'none'}")
     return out
+
+
+def _setting(s: Any) -> str:
+    """A grid setting as text: the GPU share, or "share/gate" when design 9's gate is nested with it."""
+    return f"{s[0]:g}/{s[1]:g}" if isinstance(s, (tuple, list)) else f"{s:g}"
 
 
 def _pct(x: Any) -> str:

@@ -62,7 +62,7 @@ def _ratios(bundle: Path, llm: str, caps: tuple[int, ...]) -> dict[str, np.ndarr
 
 def test_runs_that_agree_are_matched_at_their_points(agreeing):
     r = _ratios(agreeing, LLM, RUN_CAPS)
-    # issue 39's 2 % on each quantity (power within 1.6 % today: with σ₀ weighted as one pseudo-run the fit
+    # issue 39's 2 % on each quantity (power within 1.6 % today: with σ₀ weighted as one pseudo-run on power the fit
     # shrank the power slope and left 2.1 % at cap 128)
     for q in ("power", "itl", "ttft"):
         assert np.all(np.abs(r[q] - 1) <= 0.02), (q, r[q])

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 from click.testing import CliRunner
 
 from wattgpu_train.cli import main
@@ -95,3 +96,25 @@ def test_the_ceilings_fit_their_own_form_and_no_other():
     assert not np.allclose(a["oracle"], y[only_a], rtol=1e-2)
     b = oracle_fits(y[~only_a], p[~only_a], lnb[~only_a], {"source": src[~only_a], "llm": src[~only_a]})
     assert np.allclose(b["oracle_source"], y[~only_a], rtol=1e-9) and np.allclose(b["oracle_llm"], y[~only_a], rtol=1e-9)
+
+
+def test_design_9_gate_shrinks_a_level_the_runs_or_neighbours_contradict():
+    """SYNTHETIC calibration: the GPU's ITL level is kept where runs and neighbours agree with it, else shrunk,
+    what it loses moving to the measured LLM's own share (its own prediction unchanged)."""
+    from wattgpu.calibration import Calibration, TargetFit
+
+    from wattgpu_train.kshot import gate_level
+
+    def cal(level: float) -> Calibration:
+        fit = TargetFit(3, {"g": {"overhead": level}}, {}, 0.1, {}, {}, {"g": {"m": {"overhead": 0.1}}})
+        return Calibration(runs=3, gpus={}, targets={"itl": fit})
+
+    agree = cal(0.3)
+    assert not gate_level(agree, "itl", "g", "m", np.array([0.2, 0.4, 0.3]), 1.0, 0.0)
+    assert agree.targets["itl"].gpu["g"]["overhead"] == 0.3
+    for gaps, nb in ((np.array([0.2, -0.1, 0.3]), 1.0), (np.array([0.2, 0.4, 0.3]), -1.0)):
+        c = cal(0.3)
+        assert gate_level(c, "itl", "g", "m", gaps, nb, 0.5)
+        f = c.targets["itl"]
+        assert f.gpu["g"]["overhead"] == pytest.approx(0.15) and f.params("g", "m", False)["overhead"] == pytest.approx(0.4)
+    assert not gate_level(cal(0.3), "itl", "g", "m", np.array([-0.2]), -1.0, 1.0)  # c = 1: the design off

@@ -286,10 +286,10 @@ def kshot(records: pd.DataFrame, catalog: Catalog, recipe: Recipe = DEFAULT, ks:
                                                       gate=gate, nb_sign=signs.get((split, target, str(g)), 0.0))
                 per_split[split][setting][target] = groups
         grid[_setting(setting)] = {f"{split} {target} k={k}": {
-            "mdape_after": summarize(per_split[split][share][target], ks)[TARGET_SCORED[split]][str(k)]["mdape_after"],
-            "groups_worse": len(summarize(per_split[split][share][target], ks)[TARGET_SCORED[split]][str(k)]["groups_worse"])}
+            "mdape_after": summarize(per_split[split][setting][target], ks)[TARGET_SCORED[split]][str(k)]["mdape_after"],
+            "groups_worse": len(summarize(per_split[split][setting][target], ks)[TARGET_SCORED[split]][str(k)]["groups_worse"])}
             for target in data for split in KSHOT_SPLITS for k in ks}
-        grid[_setting(setting)]["selection"] = {split: list(selection_score([per_split[split][share]], ks))
+        grid[_setting(setting)]["selection"] = {split: list(selection_score([per_split[split][setting]], ks))
                                            for split in KSHOT_SPLITS}
     out["share_grid"] = grid
     out["gpu_share_rule_pick"] = {}  # the runtime's GPU_SHARE: the rule on all LOGO groups, per quantity

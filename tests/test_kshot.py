@@ -70,7 +70,12 @@ def test_the_scoreboard_scores_other_llms_and_the_runs_gap(tmp_path):
                                     "--data-dir", str(REPO / "data"), "--specs", str(REPO / "specs.json")])
     assert res.exit_code == 0, res.output
     assert "target k=3 ≤ 10 %" in res.output and "oracle level" in res.output
+    assert "level + slope" in res.output and "(GPU, LLM)" in res.output  # the ceilings beside it
     r = json.loads((tmp_path / "calibration.json").read_text())
+    ceil = r["power"]["logo"]["summary"]["other_llms"]["3"]
+    # a (GPU, LLM) factor refines the coarser ones, so its summed |log error| is never larger; MdAPE is not bound
+    # to that order, but on these data the margin is wide (3.8 % vs 10.5 % and 12.1 %, --quick alike)
+    assert ceil["mdape_oracle_llm"] <= min(ceil["mdape_oracle_level"], ceil["mdape_oracle_source"])
     for target in ("power", "itl", "ttft"):
         for g in r[target]["logo"]["groups"].values():
             v = g["3"]

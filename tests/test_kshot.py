@@ -74,7 +74,7 @@ def test_the_scoreboard_scores_other_llms_and_the_runs_gap(tmp_path):
     r = json.loads((tmp_path / "calibration.json").read_text())
     ceil = r["power"]["logo"]["summary"]["other_llms"]["3"]
     # a (GPU, LLM) factor refines the coarser ones, so its summed |log error| is never larger; MdAPE is not bound
-    # to that order, but on these data the margin is wide (3.8 % vs 10.5 % and 12.1 %, --quick alike)
+    # to that order, but on these data the margin is wide (3.8 % vs 10.5 % and 12.1 % with the full recipe)
     assert ceil["mdape_oracle_llm"] <= min(ceil["mdape_oracle_level"], ceil["mdape_oracle_source"])
     for target in ("power", "itl", "ttft"):
         for g in r[target]["logo"]["groups"].values():

@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from wattgpu import Predictor, SpecValidationError, Workload, default_catalog
+from wattgpu.capacity import BATCH_GRID
 from wattgpu.errors import ModelFitError
 from wattgpu_train import evaluate as E
 from wattgpu_train import selection
@@ -62,20 +63,14 @@ def test_every_llm_input_of_the_itl_trees_rises_with_the_llm():
 
 
 @pytest.mark.parametrize("kind", ["offline", "closed_loop"])
-@pytest.mark.parametrize("era", ["current", pytest.param("legacy", marks=pytest.mark.xfail(strict=True, reason=(
-    "issue 38 open: with the round-4 ITL models (layer_units), 88 of 1,728 legacy-era steps serve LESS decode work at "
-    "a larger cap (3 with the round-3 models): a cap's capacity grid holds only powers of two below it, so cap 128 "
-    "decodes sub-batches of 64 where cap 96 runs 96; more load never means less work is broken there. The fix is a "
-    "grid shared by every cap (e.g. 1.5 x powers of two as well), which moves max_qps everywhere")))])
+@pytest.mark.parametrize("era", ["current", "legacy"])
 def test_sweep_power_and_itl_never_fall_as_the_batch_grows(kind, era):
     """Whole catalog × several LLMs × batch 1…1024 (beyond what fits, the batch is capped by memory):
-    ITL is non-decreasing in the batch, and so is power wherever the decode work (batch / ITL) does not fall.
+    the decode work (batch / ITL), ITL and power are all non-decreasing in the batch.
 
-    Power is the power of the batch the GPU really runs: where decoding as sub-batches of a capacity-grid batch
-    is faster (``capacity.sub_batch``), that grid batch's. The grid of a larger cap need not hold a smaller cap
-    that is not a power of two (cap 128's grid has 64 and 128, not 96), so there the served batch and the
-    decode work fall together, and power with them (the learned power at the smaller grid batch may still read the larger
-    cap: those steps are issue 38's, not this sweep's)."""
+    Every sweep batch is on the capacity grid every cap shares (``capacity.BATCH_GRID``), so a larger cap's
+    sub-batch choice includes every smaller cap's: the served work cannot fall, and power is the power of the
+    batch the GPU really runs (``capacity.sub_batch``)."""
     pred = Predictor()
     cat = default_catalog()
     triples, keys = [], []
@@ -90,19 +85,17 @@ def test_sweep_power_and_itl_never_fall_as_the_batch_grows(kind, era):
     t = pred.predict_table(triples)
     power, itl = t["power_w"], t["itl_s"]
     tput = t["effective_batch"] / itl  # decode work: sequences × tokens per sequence per second
-    violations, checked, less_work = [], 0, 0
+    assert set(SWEEP_BATCHES) <= set(BATCH_GRID.tolist())
+    violations, checked = [], 0
     n = len(SWEEP_BATCHES)
     for start in range(0, len(triples), n):
         sl = slice(start, start + n)
         ok = np.isfinite(power[sl]) & np.isfinite(itl[sl])
         p, i, r = power[sl][ok], itl[sl][ok], tput[sl][ok]
         checked += max(len(p) - 1, 0)
-        falls = r[1:] < r[:-1] * (1 - 1e-9)  # the decode work falls (sub-batches of a smaller grid batch)
-        less_work += int(falls.sum())
-        for name, bad in (("itl", i[1:] < i[:-1] * (1 - 1e-9)), ("power", (p[1:] < p[:-1] * (1 - 1e-9)) & ~falls)):
-            violations += [(keys[start], name, int(k)) for k in np.flatnonzero(bad)]
+        for name, v in (("work", r), ("itl", i), ("power", p)):
+            violations += [(keys[start], name, int(k)) for k in np.flatnonzero(v[1:] < v[:-1] * (1 - 1e-9))]
     assert checked > 1000  # the sweep really covered the catalog (70B does not fit on small GPUs)
-    assert less_work < 0.05 * checked, f"{less_work} of {checked} steps serve less work: the exemption is not rare"
     assert violations == []
 
 

@@ -1,6 +1,7 @@
 """`wattgpu predict --input/--output`: many rows, vectorised, bad rows by line number."""
 import csv
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -77,7 +78,8 @@ def test_bad_invocations(tmp_path):
 
 
 def test_thousands_of_rows_in_one_vectorised_pass(tmp_path, monkeypatch):
-    gpus = ["NVIDIA A30", "NVIDIA L4", "NVIDIA A100 SXM4 80GB", "NVIDIA H100 SXM5 80GB"]
+    # 80 GB and more: every row's cap (1-64) fits in memory, so its capacity grid's limit is its cap
+    gpus = ["NVIDIA A100 PCIe 80GB", "NVIDIA H20", "NVIDIA A100 SXM4 80GB", "NVIDIA H100 SXM5 80GB"]
     lines = ["llm,gpu,max_batch,input_tokens"] + [f"{LLM},{gpus[i % 4]},{1 + i % 64},{128 + i % 900}" for i in range(3000)]
     src, dst = _write(tmp_path, lines), tmp_path / "out.csv"
     calls = []
@@ -93,12 +95,14 @@ def test_thousands_of_rows_in_one_vectorised_pass(tmp_path, monkeypatch):
     n_ok, n_bad = predict_csv(str(src), str(dst), predictor=Predictor())
     assert (n_ok, n_bad) == (3000, 0)
     # one onnxruntime pass for all rows (chunk size 4096), plus one capacity pass over the distinct engine
-    # set-ups (GPU × batch cap × prompt length here), GRID_POINTS batch sizes each (ITL model), plus the
-    # power model at each set-up's chosen batch size
-    from wattgpu.capacity import GRID_POINTS
+    # set-ups (GPU × batch cap × prompt length here: all 3000 distinct), each at its distinct grid batches
+    # (ITL model), plus the power model at each
+    # set-up's chosen and peak grid points
+    from wattgpu.capacity import batch_grid
 
-    assert calls[0] == 3000 and len(calls) == 3 and calls[1] <= 3000 * GRID_POINTS
-    assert calls[2] * GRID_POINTS == calls[1]
+    points = int(batch_grid(np.array([1.0 + i % 64 for i in range(3000)]))[1].sum())
+    assert calls[0] == 3000 and len(calls) == 3 and calls[1] == points
+    assert 3000 <= calls[2] <= 2 * 3000
     out = _read(dst)
     assert len(out) == 3000 and all(float(r["power_w"]) > 0 for r in out)
 

@@ -34,7 +34,8 @@ def predict_answer(predictor: Any, gpu: Any, llm: Any, workload: Workload, *, dt
     spec = with_dtype(predictor.resolve_llm(llm), dtype)
     sla: dict[str, Any] | None = None
     if max_itl_ms is not None or max_ttft_ms is not None:
-        from .rank import check_sla_ms, search_caps
+        from .questions import check_sla_ms
+        from .rank import search_caps
 
         check_sla_ms(max_itl_ms, max_ttft_ms)
         row = (predictor.resolve_gpu(gpu), spec, workload)

@@ -8,9 +8,11 @@ request time the server prediction's Little's-law solve uses, :mod:`wattgpu.serv
 
     max_qps = max over b ≤ B of  b / W(b)        (and, with an ITL SLA, only over b with ITL(b) ≤ SLA)
 
-evaluated on a grid of batch sizes — 1, the six largest powers of two up to ``B``, and ``B`` — so a
-learned ITL that is not monotone in the batch cannot inflate the capacity beyond a batch the engine
-can actually run.
+evaluated on a grid of batch sizes shared by every cap — :data:`BATCH_GRID` (1, 2, 3, 4, 6, 8, 12, … : the
+powers of two and 1.5 × them) below ``B``, and ``B`` — so a learned ITL that is not monotone in the batch
+cannot inflate the capacity beyond a batch the engine can actually run, and a larger cap's grid holds every
+smaller cap on the grid: the best throughput over it, and so the work served, never falls as the cap grows
+(a cap of 128 can decode sub-batches of 96 where a cap of 96 runs 96).
 
 The same grid bounds the ITL from above (:func:`sub_batch_itl`).
 
@@ -29,7 +31,10 @@ import numpy as np
 from . import features as F
 from . import ops, physics
 
-GRID_POINTS = 8  # batch sizes evaluated per engine set-up: the batch limit and the powers of two below it
+# Batch sizes every cap's grid draws from (the powers of two and 1.5 × them, up to the largest concurrency a
+# workload may ask for): shared, so a cap's grid holds every smaller cap that is on it.
+BATCH_GRID = np.unique(np.concatenate([2.0 ** np.arange(17), 3.0 * 2.0 ** np.arange(15)]))  # 1 … 65536
+GRID_POINTS = len(BATCH_GRID) + 1  # columns of a row's grid: the grid batches below its limit, the limit, padding
 WORKLOAD_MAX_CONCURRENCY = 65536.0  # Workload.concurrency's upper bound
 
 
@@ -96,18 +101,15 @@ def capacity_table(evaluate: Callable[[F.Columns], dict[str, np.ndarray]], tripl
     slot = np.searchsorted(uniq, where)
     n = len(uniq)
     limit = batch_limit(cols)[uniq]
-    # [rows, points]: 1, 2^(m-5) … 2^m, limit with 2^m <= limit (at least 1). Powers of two, so the
-    # sub-batch bound below compares a limit with the next power of two down (the caps users set); the
-    # first point is batch 1 (the "misses the SLA at any load" check reads it)
-    top = np.floor(np.log2(limit))
-    grid = np.maximum(np.concatenate([np.ones((n, 1)), 2.0 ** (top[:, None] - _POW_STEPS[None, :]), limit[:, None]],
-                                     axis=1), 1.0)
-    # The grid needs the ITL model only (W(b)); power is evaluated below at the chosen point of each row.
-    rt = request_time(evaluate, cols, np.repeat(uniq, GRID_POINTS), grid.ravel(), np.repeat(limit, GRID_POINTS),
-                      learned, targets=("itl",))
-    req = rt["request_s"].reshape(n, GRID_POINTS)
-    itl = rt["res"]["itl"].reshape(n, GRID_POINTS)
-    batch = np.asarray(rt["batch"], dtype=np.float64).reshape(n, GRID_POINTS)
+    grid, evaluated = batch_grid(limit)
+    # The grid needs the ITL model only (W(b)); power is evaluated below at the chosen point of each row. Only the
+    # distinct points are evaluated (the padding repeats the limit).
+    er, ec = np.nonzero(evaluated)
+    got = request_time(evaluate, cols, uniq[er], grid[er, ec], limit[er], learned, targets=("itl",))
+    src = (np.arange(n)[:, None], np.minimum(np.arange(GRID_POINTS)[None, :], evaluated.sum(axis=1)[:, None] - 1))
+    req = _spread(got["request_s"], evaluated, src)
+    itl = _spread(got["res"]["itl"], evaluated, src)
+    batch = _spread(np.asarray(got["batch"], dtype=np.float64), evaluated, src)
     with np.errstate(divide="ignore", invalid="ignore"):
         lam = np.where(np.isfinite(req) & (req > 0), grid / req, 0.0)
     lam = lam[slot]  # back to one row per triple (the SLA may differ per row)
@@ -136,7 +138,23 @@ def capacity_table(evaluate: Callable[[F.Columns], dict[str, np.ndarray]], tripl
             "max_concurrency": np.maximum(cols["fit_sequences"], 0.0)}
 
 
-_POW_STEPS = np.arange(GRID_POINTS - 3, -1, -1, dtype=np.float64)  # 5, 4, … 0
+def batch_grid(limit: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(grid, evaluated), rows × :data:`GRID_POINTS`: each row's :data:`BATCH_GRID` batches below its ``limit``
+    (ascending; the first is batch 1, which the "misses the SLA at any load" check reads), then the limit, then
+    the limit again as padding (so every row has the same width and the last point is the limit); ``evaluated``
+    marks the distinct points (all but the padding)."""
+    below = np.append(BATCH_GRID, np.inf)[None, :] < limit[:, None]  # a prefix of each row
+    grid = np.where(below, np.append(BATCH_GRID, np.inf)[None, :], limit[:, None])
+    evaluated = np.arange(GRID_POINTS)[None, :] <= below.sum(axis=1)[:, None]
+    return grid, evaluated
+
+
+def _spread(values: np.ndarray, evaluated: np.ndarray, src: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Values of the evaluated grid points (in row-major order) placed on the full grid, padding copied from
+    the limit's column."""
+    full = np.empty(evaluated.shape, dtype=np.float64)
+    full[evaluated] = values
+    return full[src]
 
 
 def sub_batch_itl(itl: np.ndarray, batch: np.ndarray, grid_batch: np.ndarray, grid_itl: np.ndarray) -> np.ndarray:

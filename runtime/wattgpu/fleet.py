@@ -104,7 +104,7 @@ def plan(predictor: Any, llm: LlmSpec, gpus: Sequence[GpuSpec], wl: Workload, re
                           + capacity.itl_miss(float(cap["itl_s"][j]) * sla.itl_scale, sla.max_itl_s * 1e3))  # type: ignore[operator]
             else:
                 n[i] = min(max(1, math.ceil(total / (c * sla.max_utilization) * (1 - 1e-12))), MAX_REPLICAS)
-        # the capacity grid is coarse (powers of two), so its count can be high: step down while one replica
+        # the capacity grid is coarse (1.5 × steps), so its count can be high: step down while one replica
         # fewer still carries the load within the SLA and the utilization target (feasibility only improves
         # with more replicas)
         down = [i for i in ok if why[i] is None and n[i] > 1]

@@ -282,7 +282,7 @@ def predict_answer(predictor: Any, gpu: Any, llm: Any, workload: Any, fields: Ma
                     checked.get("nodes"), checked.get("interconnect"))
     p = predict_layout(gspec, lspec, workload, lay)
     if max_itl_ms is not None or max_ttft_ms is not None:
-        from .rank import check_sla_ms
+        from .questions import check_sla_ms
 
         check_sla_ms(max_itl_ms, max_ttft_ms)
         # both limits' misses, each in the words of capacity.sla_miss (which names only the first)

@@ -331,6 +331,12 @@ CALIBRATE = Request("calibrate", (
 REQUESTS = {r.name: r for r in (PREDICT, RANK, BATCH, CALIBRATE)}
 
 
+def check_sla_ms(max_itl_ms: Any, max_ttft_ms: Any) -> None:
+    """Refuse an SLA that is not a positive finite number of milliseconds, naming the field (the bounds of
+    :data:`SLA`)."""
+    RANK.check({"max_itl_ms": max_itl_ms, "max_ttft_ms": max_ttft_ms})
+
+
 def default_kind(fields: Mapping[str, Any]) -> str:
     """The workload kind a request means when it names none: ``server`` when it gives an arrival rate
     (``qps``), else ``offline`` — the one place this rule lives (CLI options, HTTP bodies)."""

@@ -198,12 +198,6 @@ def check_max_model_len(max_model_len: Any, wl: Workload) -> int | None:
     return int(max_model_len)
 
 
-def check_sla_ms(max_itl_ms: Any, max_ttft_ms: Any) -> None:
-    """Refuse an SLA that is not a positive finite number of milliseconds, naming the field (the bounds of
-    :data:`wattgpu.questions.SLA`)."""
-    questions.RANK.check({"max_itl_ms": max_itl_ms, "max_ttft_ms": max_ttft_ms})
-
-
 def misses(p: Prediction, strict: bool, max_itl_ms: float | None, max_ttft_ms: float | None) -> str | None:
     """Which SLA ``p`` misses, in words (``ITL 62.0 ms > 50 ms``), or None when it meets both."""
     return capacity.sla_miss(sla_itl(p, strict)[0], p.ttft_s, max_itl_ms, max_ttft_ms)
@@ -384,7 +378,7 @@ def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None 
     if not isinstance(sort, str) or sort not in SORT_KEYS:
         raise WattGPUError(f"sort = {sort!r} is invalid; expected one of {', '.join(SORT_KEYS)}")
     require_type("strict", strict, bool, "True or False")
-    check_sla_ms(max_itl_ms, max_ttft_ms)
+    questions.check_sla_ms(max_itl_ms, max_ttft_ms)
     check_prices(usd_per_kwh, gco2_per_kwh, pue, usd_per_gpu_hour)
     if sort == "cost" and usd_per_kwh is None and usd_per_gpu_hour is None:
         raise WattGPUError("sort = 'cost' (--sort cost) needs a price: give usd_per_gpu_hour (--usd-per-gpu-hour, GPU "

@@ -1,4 +1,4 @@
-"""WattGPU training (needs ``pip install "wattgpu[train]"``): build the catalog, fit, evaluate, export.
+"""WattGPU training (from a source checkout: ``pip install -e ".[train]"``): build the catalog, fit, evaluate, export.
 
 The pipeline is a library of typed functions in :mod:`wattgpu_train.pipeline`
 (``build_specs``, ``load``, ``fit``, ``evaluate``, ``export``, ``reproduce_paper``); the
@@ -7,7 +7,7 @@ pandas or XGBoost.
 """
 from __future__ import annotations
 
-EXTRA_HINT = 'pip install "wattgpu[train]"'
+EXTRA_HINT = 'pip install -e ".[train]" in the repository root'
 TRAINING_DEPS = ("pandas", "xgboost", "onnx", "onnxmltools")
 
 

@@ -79,7 +79,7 @@ class _OneLineErrors(click.Group):
 
 @click.group(cls=_OneLineErrors)
 def main() -> None:
-    """Train, export and evaluate WattGPU models (needs `pip install "wattgpu[train]"`)."""
+    """Train, export and evaluate WattGPU models (from a source checkout: `pip install -e ".[train]"`)."""
 
 @main.command("sync-catalog")
 @click.option("--catalog-dir", type=click.Path(path_type=Path), default=DEFAULT_DATA / "catalog", show_default=True)

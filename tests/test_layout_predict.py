@@ -199,3 +199,28 @@ def test_energy_is_finite_and_positive_on_every_kind() -> None:
     for wl in (Workload(), Workload(kind="server", qps=0.5), Workload(kind="closed_loop", concurrency=4)):
         e = LP.predict_layout(gpu, llm, wl, lay).energy()
         assert all(math.isfinite(e[k]) and e[k] > 0 for k in ("j_per_token", "wh_per_request", "kwh_per_mtok"))
+
+
+def test_the_page_asks_a_layout_with_the_declared_inputs_and_shows_declared_fields() -> None:
+    """The page's one-layout form has a control for every layout input questions.LAYOUT declares, and shows
+    fields of record.LAYOUT_PREDICTION at their declared scale."""
+    import json
+    import re
+
+    from wattgpu.questions import LAYOUT
+
+    from .helpers import REPO
+
+    static = REPO / "runtime" / "wattgpu" / "service" / "static"
+    page, js = (static / "index.html").read_text(), (static / "app.js").read_text()
+    for param in LAYOUT:
+        assert f'id="{param.name}"' in page, param.name
+        assert f'"{param.name}"' in js[js.index("async function predictLayout"):], param.name
+    shown = re.search(r"const LAYOUT_OUT = (\[.*?\]);\n", js, re.S)
+    assert shown is not None
+    fields = {o.name: o for o in record.LAYOUT_PREDICTION}
+    for name, *rest in json.loads(shown.group(1).replace("\n", " ")):
+        top = name.split(".")[0]
+        assert top in fields, name
+        if rest and "." not in name:
+            assert rest[0] == fields[name].scale, name

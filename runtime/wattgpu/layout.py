@@ -372,8 +372,9 @@ def estimate(gpu: Any, llm: Any, lay: Layout, batch: float, input_tokens: int, o
         _f(stage_compute), _f(layers), _f(physics.LAYER_OVERHEAD_DEFAULT_S)))
     rl_power = _within(float(physics.duty_power_w(_f(gpu.tdp_w), _f(rl_duty))), idle, float(gpu.tdp_w))
     anchor = stage_model(micro) if stage_model is not None else None
+    warns: tuple[str, ...] = ()
     if anchor is None:
-        itl, ttft, per_gpu, method, warns = rl_itl, rl_ttft, rl_power, "roofline", ()
+        itl, ttft, per_gpu, method = rl_itl, rl_ttft, rl_power, "roofline"
     else:
         # the learned stage (its TP all-reduce included), never faster than the roofline stage; then the links the
         # learned models never saw. Busy power while the stage computes, idle power in the bubble and the transfers.

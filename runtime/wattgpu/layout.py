@@ -35,6 +35,7 @@ MAX_NODES = 64
 # The largest degree of each layout field (Layout checks them; wattgpu.questions declares the inputs with them).
 LIMITS = {"tp": parallel.MAX_TP, "pp": 256, "dp": 1024, "ep": 4096, "nodes": MAX_NODES, "gpus_per_node": 72}
 DEFAULT_INTERCONNECT = "InfiniBand NDR"
+ROOFLINE, ANCHORED = "roofline", "anchored"  # the methods of an Estimate (see estimate)
 NVLINK_P2P_LATENCY_S = parallel.NVLINK_CALL_LATENCY_S
 
 
@@ -282,7 +283,7 @@ class Estimate:
     alltoall_s: float
     p2p_s: float
     allreduce_s: float
-    method: str = "roofline"
+    method: str = ROOFLINE
     roofline_itl_s: float = math.nan
     roofline_ttft_s: float = math.nan
     roofline_power_per_gpu_w: float = math.nan
@@ -374,7 +375,7 @@ def estimate(gpu: Any, llm: Any, lay: Layout, batch: float, input_tokens: int, o
     anchor = stage_model(micro) if stage_model is not None else None
     warns: tuple[str, ...] = ()
     if anchor is None:
-        itl, ttft, per_gpu, method = rl_itl, rl_ttft, rl_power, "roofline"
+        itl, ttft, per_gpu, method = rl_itl, rl_ttft, rl_power, ROOFLINE
     else:
         # the learned stage (its TP all-reduce included), never faster than the roofline stage; then the links the
         # learned models never saw. Busy power while the stage computes, idle power in the bubble and the transfers.
@@ -384,7 +385,7 @@ def estimate(gpu: Any, llm: Any, lay: Layout, batch: float, input_tokens: int, o
         duty = (1.0 - bubble) * core / (core + a2a)
         busy = _within(anchor.power_w, idle, float(gpu.tdp_w))
         per_gpu = _within(idle + duty * (busy - idle), idle, float(gpu.tdp_w))
-        method, warns = "anchored", anchor.warnings
+        method, warns = ANCHORED, anchor.warnings
     tokens_per_s = rank_batch * lay.dp / itl
     return Estimate(lay, int(batch), itl, ttft, bubble, tokens_per_s, per_gpu, per_gpu * lay.gpus_on_busiest_node,
                     a2a, p2p, allreduce, method, rl_itl, rl_ttft, rl_power, warns)

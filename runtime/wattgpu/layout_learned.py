@@ -30,8 +30,8 @@ from typing import Any
 from . import layout as L
 from .errors import WattGPUError
 
-METHOD = "anchored"
-METHOD_TEXT = ("anchored: each engine's stage from the learned models (a TP group of the GPUs' weight share, at the "
+METHOD = L.ANCHORED
+METHOD_TEXT = (f"{METHOD}: each engine's stage from the learned models (a TP group of the GPUs' weight share, at the "
                "engine's micro-batch), composed with the layout's expert all-to-all, stage links and pipeline bubble; "
                "never faster than the roofline")
 MEMO_SIZE = 65536

@@ -291,7 +291,7 @@ def predict_layout(gpu: Any, llm: Any, wl: Any, lay: L.Layout, model: str | None
 def method_warnings(e: L.Estimate, asked: bool) -> list[str]:
     """What the figures of ``e`` are: the anchored method and where it extrapolates, or the roofline (and why,
     when the learned models were ``asked`` but could not answer the stage)."""
-    if e.method != "roofline":
+    if e.method != L.ROOFLINE:
         from .layout_learned import METHOD_TEXT
 
         return [METHOD_TEXT, *e.warnings]

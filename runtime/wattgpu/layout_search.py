@@ -113,7 +113,7 @@ class LayoutRanking:
                  for i, c in enumerate(self.choices, 1)]
         for c in cands:
             c["launch_args"] = list(c["launch_args"])
-        methods = sorted({c.estimate.method for c in self.choices}) or ["roofline"]
+        methods = sorted({c.estimate.method for c in self.choices}) or [L.ROOFLINE]
         return {"llm": self.llm.name, "method": "+".join(methods), "max_nodes": self.max_nodes,
                 "interconnect": self.interconnect, "max_itl_ms": self.max_itl_ms,
                 "workload": self.workload.to_dict() if hasattr(self.workload, "to_dict") else None,

@@ -11,7 +11,7 @@ from wattgpu import Predictor
 from wattgpu import layout as L
 from wattgpu import layout_learned as LL
 from wattgpu import layout_predict as LP
-from wattgpu.layout_search import layouts_answer
+from wattgpu.layout_search import best_layouts, layouts_answer
 from wattgpu.workload import Workload
 
 PRED = Predictor()
@@ -102,3 +102,23 @@ def test_predict_and_rank_share_the_memoised_questions_and_stay_quick() -> None:
         assert p.method == c.estimate.method == "anchored"
         assert p.itl_s == pytest.approx(c.estimate.itl_s, rel=1e-12)
         assert math.isfinite(c.j_per_token) and c.j_per_token > 0
+
+
+def test_the_search_stops_at_more_nodes_than_its_best_and_picks_what_a_full_scan_picks() -> None:
+    """The rank search skips layouts on more nodes than its best so far (fewest nodes win first): the same choice
+    as scoring every fitting layout."""
+    wl = Workload(input_tokens=1024, output_tokens=1024, max_batch=128)
+    for gpu_name, llm_name in (("H100 SXM", R1), ("A100 SXM4 40GB", QWEN), ("B200", R1)):
+        gpu, llm = CAT.gpu(gpu_name), CAT.llm(llm_name)
+        lays = L.candidate_layouts(gpu, llm, max_nodes=3)
+        assert [x.nodes for x in lays] == sorted(x.nodes for x in lays)
+        q = LL.StageQuestions(PRED, gpu, llm, wl)
+        full = []
+        for lay in lays:
+            f = L.fit(gpu, llm, lay, wl.context_tokens)
+            if f.fits:
+                e = L.estimate(gpu, llm, lay, LP.running_batch(wl.max_batch, lay, f), 1024, 1024,
+                               stage_model=q.model(lay))
+                full.append(((lay.nodes, e.power_w / e.tokens_per_s, lay.gpus), lay))
+        choices, _ = best_layouts([gpu], llm, 128, 1024, 1024, max_nodes=3, predictor=PRED)
+        assert choices[0].layout == min(full, key=lambda t: t[0])[1]

@@ -420,7 +420,8 @@ def vllm_parallel_args(lay: Layout) -> list[str]:
 def candidate_layouts(gpu: Any, llm: Any, max_nodes: int = 4, gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
                       interconnect: str = DEFAULT_INTERCONNECT) -> list[Layout]:
     """Every valid layout of ``gpu`` for ``llm`` on up to ``max_nodes`` nodes: TP in 1, 2, 4, 8 (within a node),
-    PP and DP powers of two, EP on or off for MoE models. Memory fit is not checked here."""
+    PP and DP powers of two, EP on or off for MoE models; fewer nodes first (the rank search relies on it). Memory
+    fit is not checked here."""
     per_node = min(gpus_per_node, gpu.max_group or 1)
     out: list[Layout] = []
     for nodes in range(1, max_nodes + 1):

@@ -67,6 +67,8 @@ def best_layouts(gpus: Iterable[Any], llm: Any, max_batch: int, input_tokens: in
             if not f.fits:
                 continue
             fits_any = True
+            if best is not None and lay.nodes > best.layout.nodes:
+                break  # fewest nodes first, and candidate_layouts counts nodes up: no later layout can win
             batch = running_batch(max_batch, lay, f)
             e = L.estimate(gpu, llm, lay, batch, input_tokens, output_tokens, kv_cache_dtype=kv_cache_dtype,
                            stage_model=questions.model(lay) if questions is not None else None)

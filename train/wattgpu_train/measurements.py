@@ -9,7 +9,10 @@ blank out a target that cannot be used. ``data/README.md`` explains every decisi
 row counts; :func:`exclusion_report` recomputes the per-rule counts.
 
 Extra columns kept after the record columns (all prefixed ``x_``): ``x_precision`` (weight format
-as served: float16, bfloat16, float16|bfloat16, fp8, mxfp4, or ``float16 (assumed)``),
+as served: float16, bfloat16, float16|bfloat16, fp8, mxfp4, or ``float16 (assumed)``), ``x_dtype`` (the
+runtime's ``--dtype`` the row was served at where its catalog LLM id is a 16-bit config: ``fp8`` for the FP8 runs
+of a BF16 catalog LLM, ``auto`` where the catalog row already says how the weights are stored; the dataset
+builder applies it through ``wattgpu.quant.with_dtype``, so an FP8 row's features read 1 byte per weight),
 ``x_num_gpus``, ``x_task``, ``x_source_gpu`` (the GPU string as the source spells it),
 ``x_llm_source_name``, ``x_tp`` (tensor-parallel degree; power_w is per GPU, itl_s per sequence) and
 ``x_ttft_mean_s`` (mean time to first token as the client sees it, queueing included, where the source
@@ -40,7 +43,7 @@ _NOT_IN_CATALOG = {("llmperf_techgrandpa", "Qwen/Qwen2.5-Coder-14B-Instruct"),
                    (BRUNETTA, "mistralai/Ministral-8B-Instruct-2410"),
                    (BRUNETTA, "mistralai/Mistral-Small-3.1-24B-Instruct-2503"), (BRUNETTA, "Qwen/QwQ-32B")}
 DECODER_ARCH_CLASSES = ("decoder_transformer", "decoder_moe_transformer")
-EXTRA_COLUMNS = ("x_precision", "x_num_gpus", "x_task", "x_source_gpu", "x_llm_source_name", "x_tp", "x_ttft_mean_s",
+EXTRA_COLUMNS = ("x_precision", "x_dtype", "x_num_gpus", "x_task", "x_source_gpu", "x_llm_source_name", "x_tp", "x_ttft_mean_s",
                  "x_ttft_sched_s", "x_power_window", "x_ttft_def")
 # Measurement protocol per source (data/README.md "Measurement protocol"): the window the power is averaged
 # over and what the TTFT counts. Today's vLLM user measures steady-state power and the client's TTFT.
@@ -146,13 +149,6 @@ EXCLUSIONS: list[Rule] = [
         action="mask:power_w",
     ),
     Rule(
-        "llmperf_fp8_checkpoint",
-        "llmperf_techgrandpa FP8 checkpoints (neuralmagic ...-FP8): the catalog LLM is the BF16 config (2 bytes "
-        "per weight) and FP8 runs use other kernels (W8A8 on Ada/Hopper, weight-only Marlin on Ampere); the "
-        "README says to compare on the BF16 rows.",
-        lambda d: _is(d, "llmperf_techgrandpa") & (d["x_precision"] != "bfloat16"),
-    ),
-    Rule(
         "llmperf_repeat_not_median",
         "llmperf_techgrandpa repeats each (GPU, checkpoint) 3-5 times in a session and the first run is often "
         "a slow warm-up (high TTFT). One real run per (GPU, checkpoint, day) is kept: the one at the (lower) "
@@ -164,13 +160,6 @@ EXCLUSIONS: list[Rule] = [
         "holtmann_consumer_gpu runs served with an FP8 KV cache (kv_cache_fp8 = True): the training records describe "
         "a 16-bit cache (Workload.kv_cache_dtype auto), so their KV bytes per token would be wrong by 2x.",
         lambda d: _is(d, HOLTMANN) & (d["_kv_cache_fp8"] == "True"),
-    ),
-    Rule(
-        "brunetta_fp8_online_quant",
-        "brunetta_llm_inference_power fp8 rows: vLLM's online FP8 quantisation of the BF16 checkpoint (W8A8 on H100, "
-        "weight-only W8A16 Marlin on A100); the catalog LLM is the BF16 config (2 bytes per weight), as for "
-        "llmperf_fp8_checkpoint.",
-        lambda d: _is(d, BRUNETTA) & (d["x_precision"] != "bfloat16"),
     ),
     Rule(
         "brunetta_not_standard_run",
@@ -321,6 +310,8 @@ def _map_llmperf_techgrandpa(raw: pd.DataFrame) -> dict:
         itl_stat="mean decode ((mean e2e - mean TTFT) / (mean output tokens - 1))",
         itl_statistic="mean",
         x_precision=precision.fillna(raw["precision"].astype(str)),
+        # neuralmagic ...-FP8 checkpoints (compressed-tensors FP8 W8A8) of the BF16 catalog LLM
+        x_dtype=np.where(precision == "fp8", "fp8", "auto"),
     )
 
 
@@ -410,6 +401,8 @@ def _map_brunetta(raw: pd.DataFrame) -> dict:
         itl_stat="mean TPOT ((mean latency - mean TTFT) / (mean output tokens - 1), from run means)",
         itl_statistic="mean",
         x_precision=precision.fillna(raw["precision"].astype(str)),
+        # vLLM quantization="fp8": online FP8 of the BF16 checkpoint (W8A8 on H100, weight-only Marlin on A100)
+        x_dtype=np.where(precision == "fp8", "fp8", "auto"),
     )
 
 
@@ -469,6 +462,7 @@ def _source_frame(data_dir: Path, source: str, gpu_map: dict, arch: pd.Series) -
             "itl_statistic": fields.get("itl_statistic", _ITL_STATISTIC.get(source, "mean")),
             "engine_era": fields.get("engine_era", _ENGINE_ERA.get(source)),
             "x_precision": _values(fields["x_precision"]),
+            "x_dtype": _values(fields.get("x_dtype", "auto")),
             "x_num_gpus": _num(raw["num_gpus"]).to_numpy(),
             "x_task": raw["task"].astype(str).to_numpy(),
             "x_source_gpu": raw["gpu"].astype(str).to_numpy(),

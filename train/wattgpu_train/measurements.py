@@ -163,10 +163,12 @@ EXCLUSIONS: list[Rule] = [
     ),
     Rule(
         "brunetta_not_standard_run",
-        "brunetta_llm_inference_power rows outside its standard job: the memory test (gpu_memory_utilization below "
-        "0.9, KV budget cut; that revision may also have set max_num_batched_tokens=512) and the A100-SXM4-40GB "
+        "brunetta_llm_inference_power rows outside its standard job: the memory test (memory_test.csv, "
+        "gpu_memory_utilization mostly below 0.9: KV budget cut; the revision that ran it may also have set "
+        "max_num_batched_tokens=512, so its two rows at 0.9 go too) and the A100-SXM4-40GB "
         "synthetic rows (an older eager-mode harness whose engine is not certain; most runs last under 10 s).",
-        lambda d: _is(d, BRUNETTA) & ((d["_gpu_mem_util"] < 0.9) | (d["scenario"] != "offline_saturated_max_num_seqs")),
+        lambda d: _is(d, BRUNETTA) & ((d["_gpu_mem_util"] < 0.9) | d["_source_file"].str.endswith("memory_test.csv")
+                                      | (d["scenario"] != "offline_saturated_max_num_seqs")),
     ),
     Rule(
         "power_whole_run_window",
@@ -484,6 +486,7 @@ def _source_frame(data_dir: Path, source: str, gpu_map: dict, arch: pd.Series) -
             "_source_itl_stat": raw["itl_stat"].astype(str).to_numpy(),
             "_gpu_mem_util": _num(raw["gpu_memory_utilization"]).fillna(0.9).to_numpy()
             if "gpu_memory_utilization" in raw else np.full(n, 0.9),
+            "_source_file": raw["source_file"].astype(str).to_numpy() if "source_file" in raw else "",
             "_kv_cache_fp8": raw["kv_cache_fp8"].astype(str).to_numpy() if "kv_cache_fp8" in raw else "",
             "_is_group_median": _group_median_flags(raw) if source == "llmperf_techgrandpa" else np.ones(n, dtype=bool),
         }

@@ -62,6 +62,24 @@ def tp_markdown(tp: dict[str, Any]) -> list[str]:
     return out + [""]
 
 
+def per_format_markdown(per_format: dict[str, Any], target: str) -> list[str]:
+    """MdAPE per served weight format (FP8, NVFP4 ... apart from the 16-bit rows), split by whether the GPU
+    multiplies in that format natively (FP8 / FP4 tensor cores) or weight-only."""
+    if not per_format:
+        return []
+    out = [f"### {target}: MdAPE per served weight format (native: the GPU has tensor cores for it; weight-only: "
+           "dequantised to 16 bits)", "", "| split | format | rows | default | physics | v0_2 | roofline |",
+           "|---|---|---|---|---|---|---|"]
+    for fmt, by_split in per_format.items():
+        for split in ("logo", "lolo", "loso", "cv"):
+            for grp, ms in by_split.get(split, {}).items():
+                label = fmt if grp == "all" else f"{fmt} ({grp.replace('_', '-')})"
+                n = next(iter(ms.values()))["n"] if ms else 0
+                cells = [_f(ms[k]["mdape"], pct=True) if k in ms else "–" for k in ("default", "physics", "v0_2", "roofline")]
+                out.append(f"| {split.upper()} | {label} | {n} | " + " | ".join(cells) + " |")
+    return out + [""]
+
+
 def per_gpu_markdown(per_gpu: dict[str, Any]) -> list[str]:
     """Each held-out GPU's LOGO MdAPE per method (bias in brackets), best in bold."""
     out: list[str] = []
@@ -123,6 +141,7 @@ def evaluate_markdown(r: dict[str, Any], runtime_s: float | None = None) -> str:
                 out.append(f"| {split.upper()} | {src} (n={next(iter(ms.values()))['n']}) | "
                            + " | ".join(_f(m["mdape"], pct=True) for m in ms.values()) + " |")
         out.append("")
+        out += per_format_markdown(r[target].get("per_format", {}), target)
     out += tp_markdown(r.get("tp", {}))
     out += per_gpu_markdown(r.get("per_gpu_logo", {}))
     ep = r["energy_pick"]

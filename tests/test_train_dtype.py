@@ -1,5 +1,6 @@
-"""FP8 rows train at the bytes they read: the records' ``x_dtype`` goes through the runtime's ``--dtype``
-definition (``quant.with_dtype``), and evaluate scores each served weight format apart."""
+"""FP8 rows are described at the bytes they read: the records' ``x_dtype`` goes through the runtime's ``--dtype``
+definition (``quant.with_dtype``); they are scored apart (rule ``fp8_scored_apart``), never trained on, and
+evaluate scores each served weight format apart."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,15 +14,25 @@ from wattgpu.quant import with_dtype
 from wattgpu.specs import default_catalog
 from wattgpu_train.dataset import build_dataset, llm_of
 from wattgpu_train.evaluate import per_format_scores, weight_format
-from wattgpu_train.measurements import load_measurements
+from wattgpu_train.measurements import load_measurements, load_scored_apart
 
 DATA = Path(__file__).parents[1] / "data"
 
 
 @pytest.fixture(scope="module")
 def itl_ds():
-    recs = load_measurements(DATA, sources=["llmperf_techgrandpa", "brunetta_llm_inference_power"])
+    sources = ["llmperf_techgrandpa", "brunetta_llm_inference_power"]
+    recs = pd.concat([load_measurements(DATA, sources=sources), load_scored_apart(DATA, sources=sources)],
+                     ignore_index=True)
     return build_dataset(recs, default_catalog(), "itl")
+
+
+def test_fp8_rows_are_scored_apart_never_trained_on():
+    train = load_measurements(DATA, single_gpu_only=False)
+    apart = load_scored_apart(DATA, single_gpu_only=False)
+    assert (train["x_dtype"] == "auto").all()
+    assert len(apart) == 49 and (apart["x_dtype"] == "fp8").all() and (apart["x_precision"] == "fp8").all()
+    assert not set(apart["row_id"]) & set(train["row_id"])
 
 
 def test_fp8_rows_read_one_byte_per_weight(itl_ds):
@@ -68,3 +79,28 @@ def test_per_format_scores_split_fp8_by_native_matmuls(itl_ds):
     assert out["16-bit"]["logo"]["all"]["default"]["mdape"] == pytest.approx(10.0)
     n = {g: out["fp8"]["logo"][g]["default"]["n"] for g in ("all", "native", "weight_only")}
     assert n["native"] + n["weight_only"] == n["all"] == 49 and n["native"] > 0 and n["weight_only"] > 0
+
+
+def test_scored_apart_rows_never_train_and_their_gpu_is_held_out(monkeypatch):
+    from wattgpu_train import evaluate as E
+    from wattgpu_train.recipes import DEFAULT
+
+    sources = ["llmperf_techgrandpa", "brunetta_llm_inference_power"]
+    cat = default_catalog()
+    full = build_dataset(load_measurements(DATA, sources=sources, single_gpu_only=False), cat, "itl")
+    apart = load_scored_apart(DATA, sources=sources, single_gpu_only=False)
+    seen: list[tuple[set, set, set]] = []
+    real = E.predict_physical
+
+    def spy(model_recipe, train, test, n_jobs=2):
+        seen.append((set(train.records["row_id"]), set(test.records["row_id"]), set(test.records["gpu"])))
+        return real(model_recipe, train, test, n_jobs=n_jobs)
+
+    monkeypatch.setattr(E, "predict_physical", spy)
+    out = E.scored_apart(E.quick_recipe(DEFAULT), "itl", full, apart, cat, n_jobs=1)
+    assert out["rows"] == 49 and out["per_format"]["fp8"]["logo"]["all"]["default"]["n"] == 49
+    logo = [s for s in seen if len(s[2]) == 1]
+    assert logo and all(test <= set(apart["row_id"]) and not train & set(apart["row_id"]) for train, test, _ in seen)
+    gpu_of = dict(zip(full.records["row_id"], full.records["gpu"]))
+    for train, _, gpus in logo:
+        assert not {gpu_of[r] for r in train} & gpus  # the held-out GPU's 16-bit rows are out of training too

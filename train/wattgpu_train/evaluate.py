@@ -299,8 +299,10 @@ def _learned_methods(quick: bool, recipes: dict[str, Recipe] | None) -> dict[str
 
 
 def evaluate(records: pd.DataFrame, catalog: Catalog, quick: bool = False, n_jobs: int = 2,
-             recipes: dict[str, Recipe] | None = None, log: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """The full scoreboard on ``records`` as a JSON-ready dict (see module docstring)."""
+             recipes: dict[str, Recipe] | None = None, log: Callable[[str], None] | None = None,
+             apart: pd.DataFrame | None = None) -> dict[str, Any]:
+    """The full scoreboard on ``records`` as a JSON-ready dict (see module docstring). ``apart``: rows scored,
+    never trained on (``measurements.load_scored_apart``), predicted under LOGO / LOLO by the default recipe."""
     log = log or (lambda s: None)
     methods = _learned_methods(quick, recipes)
     cv_folds = QUICK_CV_FOLDS if quick else CV_FOLDS
@@ -353,6 +355,11 @@ def evaluate(records: pd.DataFrame, catalog: Catalog, quick: bool = False, n_job
                                           for name, p in pm.items()}
         res["per_source"] = per_source
         res["per_format"] = per_format_scores(ds, preds[target], target)
+        if apart is not None and len(apart):
+            log(f"{target}: rows scored apart (never trained on)")
+            res["scored_apart"] = scored_apart(methods["default"], target, full, apart, catalog, n_jobs=n_jobs)
+            for fmt, by_split in res["scored_apart"]["per_format"].items():
+                res["per_format"][fmt] = by_split
         out[target] = res
         tp_out[target] = tp_tables(full.subset(~one), tp_pm, target)
 
@@ -433,6 +440,42 @@ def per_format_scores(ds: Dataset, preds: dict[str, dict[str, np.ndarray]], targ
                                for g, m in groups.items() if m.any()}
                        for split, pm in preds.items()}
     return out
+
+
+def scored_apart(recipe: Recipe, target: str, full: Dataset, apart: pd.DataFrame, catalog: Catalog,
+                 n_jobs: int = 2) -> dict[str, Any]:
+    """Scores of the rows a ``score_only`` rule keeps out of training: under LOGO (LOLO) each held-out GPU's
+    (LLM's) apart rows are predicted by the recipe chosen and fitted, as in :func:`nested_oof`, on the training
+    rows of every other GPU (LLM); the apart rows never train anything. Per format like
+    :func:`per_format_scores`, with each held-out GPU's MdAPE and bias under LOGO."""
+    ds = build_dataset(apart, catalog, target)
+    ds = ds.subset(np.asarray(ds.cols["wl_tp"]) == 1) if len(ds) else ds
+    if not len(ds):
+        return {"rows": 0, "per_format": {}}
+    cands = recipe.candidates(target)
+    preds: dict[str, dict[str, np.ndarray]] = {}
+    for split in ("logo", "lolo"):
+        col = SPLIT_GROUP[split]
+        jobs = sorted(set(ds.records[col]))
+
+        def run(g: str, col: str = col, split: str = split) -> np.ndarray:
+            train = full.subset((full.records[col] != g).to_numpy())
+            k, _ = select(cands, train, split_groups(train.records, split), INNER_K.get(split))
+            return predict_physical(cands[k], train, ds.subset((ds.records[col] == g).to_numpy()), n_jobs=1)
+
+        if n_jobs > 1 and len(jobs) > 1:
+            with ThreadPoolExecutor(max_workers=n_jobs) as pool:
+                results = list(pool.map(run, jobs))
+        else:
+            results = [run(g) for g in jobs]
+        p = np.full(len(ds), np.nan)
+        for g, r in zip(jobs, results):
+            p[(ds.records[col] == g).to_numpy()] = r
+        base = baselines.ITL_BASELINES if target == "itl" else baselines.POWER_BASELINES
+        preds[split] = {"default": p, **{name: fn(ds) for name, fn in base.items()}}
+    return {"rows": len(ds), "rows_by_source": {k: int(v) for k, v in ds.records["source"].value_counts().sort_index().items()},
+            "per_format": per_format_scores(ds, preds, target),
+            "per_gpu_logo": per_gpu_scores(ds, preds["logo"], target)}
 
 
 def per_gpu_scores(ds: Dataset, logo: dict[str, np.ndarray], target: str) -> dict[str, Any]:

@@ -82,7 +82,11 @@ def per_format_markdown(per_format: dict[str, Any], target: str, apart: dict[str
     out += ["| split | format | rows | default | physics | v0_2 | roofline |", "|---|---|---|---|---|---|---|"]
     for fmt, by_split in per_format.items():
         for split in ("logo", "lolo", "loso", "cv"):
-            for grp, ms in by_split.get(split, {}).items():
+            groups = by_split.get(split, {})
+            n_all = next(iter(groups.get("all", {}).values()), {}).get("n")
+            for grp, ms in groups.items():
+                if grp != "all" and next(iter(ms.values()), {}).get("n") == n_all:
+                    continue  # every row of the format is on one side: the "all" line says it
                 label = fmt if grp == "all" else f"{fmt} ({grp.replace('_', '-')})"
                 label += " *scored apart*" if fmt in apart_fmts else ""
                 n = next(iter(ms.values()))["n"] if ms else 0

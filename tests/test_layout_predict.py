@@ -8,6 +8,7 @@ import math
 import pytest
 from click.testing import CliRunner
 
+from wattgpu import Predictor
 from wattgpu import layout as L
 from wattgpu import layout_predict as LP
 from wattgpu import record
@@ -20,6 +21,7 @@ from wattgpu.workload import Workload
 from .service_helpers import call, cli_json
 
 CAT = default_catalog()
+PRED = Predictor()
 R1 = "deepseek-ai/DeepSeek-R1-0528"
 QWEN = "Qwen/Qwen3-235B-A22B-Instruct-2507"
 R1_H100 = ["predict", "--llm", R1, "--gpu", "H100 SXM", "--tp", "8", "--pp", "2", "--input-tokens", "1024",
@@ -30,7 +32,8 @@ QWEN_H200 = ["predict", "--llm", QWEN, "--gpu", "H200 SXM", "--tp", "1", "--ep",
 def test_r1_on_two_h100_nodes_answers_every_figure() -> None:
     p = cli_json(*R1_H100)
     assert set(p) == {o.name for o in record.LAYOUT_PREDICTION}
-    assert p["method"] == "roofline" and p["nodes"] == 2 and p["gpus"] == 16
+    assert p["method"] == "anchored" and p["nodes"] == 2 and p["gpus"] == 16
+    assert p["itl_s"] >= p["roofline"]["itl_s"] and p["ttft_s"] >= p["roofline"]["ttft_s"]  # the bound holds
     assert p["layout"] == {"tp": 8, "pp": 2, "dp": 1, "ep": 1, "nodes": 2, "gpus_per_node": 8,
                            "interconnect": "InfiniBand NDR"}
     h100 = CAT.gpu("H100 SXM")
@@ -57,7 +60,7 @@ def test_the_table_says_what_the_json_says() -> None:
     assert "TP8 × PP2 on 2 nodes: 16 GPUs" in out.output
     assert f"{p['itl_s'] * 1e3:.1f} ms/token" in out.output
     assert f"{p['power_w']:.0f} W per GPU" in out.output
-    assert "--pipeline-parallel-size 2" in out.output and "note: roofline figures" in out.output
+    assert "--pipeline-parallel-size 2" in out.output and "note: anchored:" in out.output
 
 
 def test_expert_parallel_as_a_switch_or_a_degree() -> None:
@@ -72,8 +75,9 @@ def test_expert_parallel_as_a_switch_or_a_degree() -> None:
 def test_predict_and_the_rank_search_call_the_same_code() -> None:
     """The layout the rank search picks, asked of predict, gives the rank's figures."""
     gpu, llm = CAT.gpu("B200"), CAT.llm(R1)
-    choices, _ = best_layouts([gpu], llm, 128, 1024, 1024, max_nodes=2)
+    choices, _ = best_layouts([gpu], llm, 128, 1024, 1024, max_nodes=2, predictor=PRED)
     c = choices[0]
+    assert c.estimate.method == "anchored"
     lay = c.layout
     argv = ["predict", "--llm", R1, "--gpu", "B200", "--tp", str(lay.tp), "--dp", str(lay.dp), "--pp", str(lay.pp),
             "--ep", str(lay.ep), "--nodes", str(lay.nodes), "--input-tokens", "1024", "--output-tokens", "1024",
@@ -115,13 +119,18 @@ def test_without_a_layout_predict_is_unchanged() -> None:
     assert cli_json(*base, "--pp", "1", "--dp", "1", "--ep", "off") == cli_json(*base)
 
 
-def test_server_load_more_rate_more_work_and_overload_said() -> None:
+@pytest.mark.parametrize("predictor", [None, PRED], ids=["roofline", "anchored"])
+def test_server_load_more_rate_more_work_and_overload_said(predictor: Predictor | None) -> None:
     gpu, llm = CAT.gpu("H200 SXM"), CAT.llm(QWEN)
     lay = LP.layout_of(gpu, llm, 1, dp=8, ep=True)
     prev = None
     for qps in (0.01, 0.1, 1.0, 4.0, 16.0, 64.0):
-        p = LP.predict_layout(gpu, llm, Workload(kind="server", qps=qps), lay)
+        p = LP.predict_layout(gpu, llm, Workload(kind="server", qps=qps), lay, predictor=predictor)
+        assert p.method == ("roofline" if predictor is None else "anchored")
         assert L.idle_power_w(gpu) <= p.power_per_gpu_w <= gpu.tdp_w
+        if qps >= p.max_qps:  # overloaded: said, and held at capacity (checked below)
+            assert any(w.startswith("overloaded:") for w in p.warnings)
+            break
         assert p.throughput_tok_s == pytest.approx(qps * 256)
         assert p.sequences == pytest.approx(qps * p.e2e_latency_s, rel=1e-6)  # Little's law
         if prev is not None:
@@ -130,7 +139,8 @@ def test_server_load_more_rate_more_work_and_overload_said() -> None:
             assert p.sequences > prev.sequences and p.itl_s >= prev.itl_s * (1 - 1e-12)
             assert p.energy()["j_per_token"] <= prev.energy()["j_per_token"] * (1 + 1e-9)
         prev = p
-    over = LP.predict_layout(gpu, llm, Workload(kind="server", qps=prev.max_qps * 2), lay)
+    assert prev is not None and prev.sequences > 1  # the loop saw real load before any overload
+    over = LP.predict_layout(gpu, llm, Workload(kind="server", qps=prev.max_qps * 2), lay, predictor=predictor)
     assert any(w.startswith("overloaded:") for w in over.warnings)
     assert over.throughput_tok_s == pytest.approx(over.at_capacity.tokens_per_s)
 
@@ -189,3 +199,28 @@ def test_energy_is_finite_and_positive_on_every_kind() -> None:
     for wl in (Workload(), Workload(kind="server", qps=0.5), Workload(kind="closed_loop", concurrency=4)):
         e = LP.predict_layout(gpu, llm, wl, lay).energy()
         assert all(math.isfinite(e[k]) and e[k] > 0 for k in ("j_per_token", "wh_per_request", "kwh_per_mtok"))
+
+
+def test_the_page_asks_a_layout_with_the_declared_inputs_and_shows_declared_fields() -> None:
+    """The page's one-layout form has a control for every layout input questions.LAYOUT declares, and shows
+    fields of record.LAYOUT_PREDICTION at their declared scale."""
+    import json
+    import re
+
+    from wattgpu.questions import LAYOUT
+
+    from .helpers import REPO
+
+    static = REPO / "runtime" / "wattgpu" / "service" / "static"
+    page, js = (static / "index.html").read_text(), (static / "app.js").read_text()
+    for param in LAYOUT:
+        assert f'id="{param.name}"' in page, param.name
+        assert f'"{param.name}"' in js[js.index("async function predictLayout"):], param.name
+    shown = re.search(r"const LAYOUT_OUT = (\[.*?\]);\n", js, re.S)
+    assert shown is not None
+    fields = {o.name: o for o in record.LAYOUT_PREDICTION}
+    for name, *rest in json.loads(shown.group(1).replace("\n", " ")):
+        top = name.split(".")[0]
+        assert top in fields, name
+        if rest and "." not in name:
+            assert rest[0] == fields[name].scale, name

@@ -2,7 +2,9 @@
 with interconnect facts × every candidate layout on up to 4 nodes that holds it. Contracts: more stages never lower
 the bubble, all-to-all bytes grow with tokens and top-k, nothing faster than its slowest link, more load never less
 work, ITL never below the weight read, power per GPU between idle and TDP; and every catalog LLM is placeable on
-some layout of catalog GPUs, through `predict`'s own path."""
+some layout of catalog GPUs, through `predict`'s own path. The answer users get (``anchored`` on the learned models)
+keeps the same contracts: on a fixed slice of the sweep in the default tier (every ``ANCHORED_STEP``-th layout: the
+full sweep of learned answers takes minutes), on all of it under ``-m slow``."""
 from __future__ import annotations
 
 import math
@@ -12,7 +14,9 @@ from typing import Any
 
 import pytest
 
+from wattgpu import Predictor
 from wattgpu import layout as L
+from wattgpu import layout_learned as LL
 from wattgpu import layout_predict as LP
 from wattgpu.specs import default_catalog
 from wattgpu.workload import Workload
@@ -23,6 +27,8 @@ GROUPED = [g for g in CAT.gpus if (g.max_group or 1) > 1]
 IN, OUT = 1024, 512
 BATCHES = (1, 16, 256)
 REL = 1e-9  # float slack on sums of different order (never a bit-for-bit comparison)
+ANCHORED_STEP = 23  # a prime stride, so the slice crosses GPUs, LLMs and layout kinds alike
+PRED = Predictor()
 
 
 @cache
@@ -34,6 +40,51 @@ def _sweep() -> list[tuple[Any, Any, L.Layout, list[L.Estimate]]]:
                 if L.fit(gpu, llm, lay, IN + OUT).fits:
                     out.append((gpu, llm, lay, [L.estimate(gpu, llm, lay, b, IN, OUT) for b in BATCHES]))
     return out
+
+
+@cache
+def _anchored(step: int) -> list[tuple[Any, Any, L.Layout, list[L.Estimate]]]:
+    """Every ``step``-th layout of the sweep, answered as ``predict`` answers it (the learned stage + physics)."""
+    wl = Workload(input_tokens=IN, output_tokens=OUT)
+    questions: dict[tuple[str, str], LL.StageQuestions] = {}
+    out = []
+    for gpu, llm, lay, _ in _sweep()[::step]:
+        q = questions.setdefault((gpu.name, llm.name), LL.StageQuestions(PRED, gpu, llm, wl))
+        out.append((gpu, llm, lay, [L.estimate(gpu, llm, lay, b, IN, OUT, stage_model=q.model(lay))
+                                    for b in BATCHES]))
+    return out
+
+
+def _check_anchored(step: int) -> None:
+    sweep = _anchored(step)
+    kinds = [e.method for _, _, _, ests in sweep for e in ests]
+    assert kinds.count("anchored") >= 0.95 * len(kinds)  # the learned models answer (nearly) every stage
+    for gpu, llm, lay, ests in sweep:
+        idle = L.idle_power_w(gpu)
+        floor = L.touched_weight_bytes(llm, lay, 1.0) * lay.pp / (gpu.memory_bandwidth_gb_s * 1e9)
+        for e in ests:
+            assert idle * (1 - REL) <= e.power_per_gpu_w <= gpu.tdp_w, (gpu.name, llm.name, lay)
+            assert e.itl_s >= max(floor, e.roofline_itl_s) * (1 - REL), (gpu.name, llm.name, lay)
+            assert e.ttft_s >= e.roofline_ttft_s * (1 - REL) and math.isfinite(e.tokens_per_s)
+        for a, b in zip(ests, ests[1:]):  # more load: never less work, never a shorter step
+            assert b.tokens_per_s >= a.tokens_per_s * (1 - REL), (gpu.name, llm.name, lay)
+            assert b.itl_s >= a.itl_s * (1 - REL), (gpu.name, llm.name, lay)
+        if lay.nodes > 1:  # the same layout on a slower network is never faster
+            slow = L.Layout(lay.tp, lay.pp, lay.dp, lay.ep, lay.nodes, lay.gpus_per_node, "RoCE 200GbE")
+            q = LL.StageQuestions(PRED, gpu, llm, Workload(input_tokens=IN, output_tokens=OUT))
+            for b, fast in zip(BATCHES, ests):
+                e = L.estimate(gpu, llm, slow, b, IN, OUT, stage_model=q.model(slow))
+                assert e.itl_s >= fast.itl_s * (1 - REL) and e.ttft_s >= fast.ttft_s * (1 - REL)
+
+
+def test_the_anchored_answer_keeps_the_contracts_on_a_slice() -> None:
+    assert len(_anchored(ANCHORED_STEP)) > 3000
+    _check_anchored(ANCHORED_STEP)
+
+
+@pytest.mark.slow
+def test_the_anchored_answer_keeps_the_contracts_on_the_whole_sweep() -> None:
+    _check_anchored(1)
 
 
 def test_the_sweep_covers_the_new_layouts() -> None:
@@ -135,7 +186,7 @@ def test_predict_on_every_big_llm_keeps_the_contract(gpu_name: str) -> None:
         if found is None:
             continue
         for wl in loads:
-            p = LP.predict_layout(gpu, llm, wl, found[0])
+            p = LP.predict_layout(gpu, llm, wl, found[0], predictor=PRED)
             assert L.idle_power_w(gpu) * (1 - REL) <= p.power_per_gpu_w <= gpu.tdp_w, (llm.name, found[0])
             assert p.throughput_tok_s <= p.at_capacity.tokens_per_s * (1 + 1e-6) or not any(
                 w.startswith("overloaded") for w in p.warnings)
@@ -155,7 +206,7 @@ def test_every_catalog_llm_is_placeable_through_predict() -> None:
         for gpu in by_memory:
             found = LP.smallest_layout(gpu, llm, wl)
             if found is not None and found[0].nodes <= 4:
-                p = LP.predict_layout(gpu, llm, wl, found[0])
+                p = LP.predict_layout(gpu, llm, wl, found[0], predictor=PRED)
                 assert p.fit.fits and p.throughput_tok_s > 0
                 break
         else:

@@ -14,6 +14,7 @@ from wattgpu_train.measurements import (
     MeasurementDataError,
     exclusion_report,
     load_measurements,
+    load_scored_apart,
     read_source_rows,
 )
 from wattgpu_train.records import RECORD_COLUMNS
@@ -176,7 +177,7 @@ def test_exclusion_report_matches_loader(records, raw):
     assert list(rep.index) == [r.name for r in EXCLUSIONS] + ["kept"]
     for s in SOURCES:
         assert rep.loc["kept", s] == (records["source"] == s).sum()
-        dropped = rep.loc[rep["action"] == "drop", s].sum()
+        dropped = rep.loc[rep["action"].isin(["drop", "score_only"]), s].sum()  # score_only: out of the records
         assert dropped + rep.loc["kept", s] == len(raw[s])
     assert rep.loc["multi_gpu", "llm_pilot"] == (raw["llm_pilot"]["num_gpus"] != 1).sum()
     assert rep.loc["llm_pilot_broken_run", "llm_pilot"] == 1
@@ -260,8 +261,9 @@ def test_mlenergy_v3_includes_b200(raw):
 
 
 def test_brunetta_counts_protocol_and_exclusions(raw):
-    """284 runs: DP runs, FP8 online quantisation, LLMs without a catalog config, the memory test and the
-    synthetic rows dropped; 33 single-GPU bf16 runs kept (17 H100, 16 A100 80GB) with ITL; their whole-run power
+    """284 runs: DP runs, LLMs without a catalog config, the memory test and the synthetic rows dropped; 33
+    single-GPU bf16 runs kept (17 H100, 16 A100 80GB) with ITL, and 32 fp8 runs (online quantisation of the BF16
+    checkpoint: 16 H100, 16 A100 80GB) scored apart at x_dtype fp8, never trained on; their whole-run power
     is recorded as such and kept out of the (steady-state) power target; their TTFT (queueing excluded) never
     fills the client-side TTFT column."""
     src = raw["brunetta_llm_inference_power"]
@@ -269,13 +271,18 @@ def test_brunetta_counts_protocol_and_exclusions(raw):
     rep = exclusion_report(DATA)["brunetta_llm_inference_power"]
     assert rep["not_tensor_parallel"] == (src["num_gpus"] != src["tensor_parallel"]).sum() == 156
     assert rep["llm_not_in_catalog"] == 40
-    assert rep["brunetta_fp8_online_quant"] == 52
-    assert rep["brunetta_not_standard_run"] == 3
-    assert rep["power_whole_run_window"] == 33
+    in_catalog = src["llm"].isin(pd.read_csv(DATA / "catalog" / "llm_configs.csv")["hf_id"])
+    memory_test = src["source_file"].str.endswith("memory_test.csv") & in_catalog
+    assert rep["brunetta_not_standard_run"] == 3 + memory_test.sum() == 23
+    assert rep["power_whole_run_window"] == 65
+    assert rep["fp8_scored_apart"] == 32
     assert rep["kept"] == 33
     b = load_measurements(DATA, sources=["brunetta_llm_inference_power"])
     assert b.groupby("gpu").size().to_dict() == {"NVIDIA A100 SXM4 80GB": 16, "NVIDIA H100 SXM5 80GB": 17}
-    assert b["power_w"].isna().all() and b["itl_s"].notna().all()
+    assert (b["x_precision"] == "bfloat16").all() and (b["x_dtype"] == "auto").all()
+    f = load_scored_apart(DATA, sources=["brunetta_llm_inference_power"])
+    assert f.groupby("gpu").size().to_dict() == {"NVIDIA A100 SXM4 80GB": 16, "NVIDIA H100 SXM5 80GB": 16}
+    assert (f["x_precision"] == "fp8").all() and (f["x_dtype"] == "fp8").all() and f["power_w"].isna().all()
     assert (b["x_power_window"] == "whole_run").all() and (b["x_ttft_def"] == "excl_queueing").all()
     assert b["x_ttft_mean_s"].isna().all() and b["x_ttft_sched_s"].notna().all()
     assert (b["kind"] == "offline").all() and (b["engine_era"] == "current").all()

@@ -25,7 +25,8 @@ def test_cli_table_names_the_layouts_and_the_launch_line() -> None:
 
 def test_json_candidates_fit_and_carry_flags() -> None:
     res = cli_json(*ARGV)
-    assert res["method"] == "roofline" and len(res["candidates"]) == 3
+    assert res["method"] == "anchored" and len(res["candidates"]) == 3
+    assert all(c["method"] == "anchored" for c in res["candidates"])
     by_gpu = {c["gpu"]: c for c in res["candidates"]}
     h100 = by_gpu["NVIDIA H100 SXM5 80GB"]
     assert h100["nodes"] == 2 and h100["gpus"] == 16
@@ -67,20 +68,34 @@ def test_service_answers_what_the_cli_answers() -> None:
     assert bad.status_code in (400, 422) and "max_nodes" in bad.text
 
 
-def test_mlenergy_ep_and_dp_rows_map_onto_layouts() -> None:
+def test_measured_parallel_rows_are_built_once_and_scored_with_the_anchored_answer(tmp_path: Any) -> None:
+    """wattgpu_train.parallel_rows is the one builder (tools/score_layouts.py writes the report from it): GPU names
+    through data/gpu_map.csv, every v3 EP/DP row on its layout, every answer at or above its roofline bound."""
     pytest.importorskip("wattgpu_train")
-    from pathlib import Path
+    from wattgpu_train import parallel_rows as P
 
-    from wattgpu_train.parallel_rows import layout_of, parallel_rows, report, score_rows
+    from wattgpu import Predictor
+    from wattgpu import layout as L
 
-    rows = parallel_rows(Path(__file__).resolve().parents[1] / "data" / "mlenergy_v3" / "rows.csv")
-    assert len(rows) == 202
-    kinds = [layout_of(r) for r in rows]
-    assert sum(k == "dp+ep" for k, _ in kinds) == 16
-    for r, (_, lay) in zip(rows, kinds):
-        assert lay.gpus == int(r["num_gpus"]) and lay.ep == int(r["expert_parallel"])
-    scored, skipped = score_rows(rows)
-    assert len(scored) + sum(skipped.values()) == 202 and len(scored) >= 190
-    assert all(s.layout_power_w <= s.tdp_w for s in scored)
-    table = report(scored, skipped)
-    assert "| dp+ep | all | 16 |" in table
+    names = P.gpu_names()
+    assert names[("mlenergy_v3", "H100")] == "NVIDIA H100 SXM5 80GB"
+    assert names[("mlenergy_v3", "B200")] == "NVIDIA B200 (HGX/DGX B200)"
+    if not P.DATA.is_dir():
+        pytest.skip(f"{P.DATA} not present (the shared measurements)")
+    rows = P.rows()
+    v3 = [r for r in rows if r.source == "mlenergy_v3"]
+    assert len(v3) == 202 and sum(r.kind == "dp+ep" for r in v3) == 16
+    assert all(r.gpu in set(names.values()) for r in rows)
+    pred = Predictor()
+    scored, skipped = P.score(rows, pred)
+    assert len(scored) + sum(skipped.values()) == len(rows) and len(scored) >= 300
+    for s in scored:
+        gpu = pred.catalog.gpu(s.row.gpu)
+        assert s.method == "anchored"
+        assert s.itl_s >= s.roofline_itl_s * (1 - 1e-12)
+        assert L.idle_power_w(gpu) * (1 - 1e-9) <= s.power_w <= gpu.tdp_w
+    # a GPU the reviewed map lacks is a clear error naming the file
+    bad = tmp_path / "gpu_map.csv"
+    bad.write_text("source,source_gpu_name,catalog_gpu,evidence\n")
+    with pytest.raises(ValueError, match="gpu_map.csv"):
+        P.rows(gpu_map=bad)

@@ -322,7 +322,8 @@ def test_page_and_its_files_are_served_from_the_package(app: Any) -> None:
         assert "https://" not in text and "http://" not in text
     _err(call(app, "GET", "/static/../asgi.py"), 404, "not_found")
     total = sum(p.stat().st_size for p in (REPO / "runtime/wattgpu/service/static").iterdir())
-    assert total < 25_000, f"the page's files are {total} bytes; keep them under 25 KB (they ship in the wheel)"
+    # 25 KB before the one-layout predict form (issue 41: pp, dp, ep, nodes on the page) took ~3 KB
+    assert total < 30_000, f"the page's files are {total} bytes; keep them under 30 KB (they ship in the wheel)"
 
 
 # ------------------------------------------------------------------ the core stays light

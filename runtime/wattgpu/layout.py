@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from . import memory, ops, parallel, physics
 from .errors import SpecValidationError
@@ -35,6 +35,7 @@ MAX_NODES = 64
 # The largest degree of each layout field (Layout checks them; wattgpu.questions declares the inputs with them).
 LIMITS = {"tp": parallel.MAX_TP, "pp": 256, "dp": 1024, "ep": 4096, "nodes": MAX_NODES, "gpus_per_node": 72}
 DEFAULT_INTERCONNECT = "InfiniBand NDR"
+ROOFLINE, ANCHORED = "roofline", "anchored"  # the methods of an Estimate (see estimate)
 NVLINK_P2P_LATENCY_S = parallel.NVLINK_CALL_LATENCY_S
 
 
@@ -249,8 +250,27 @@ def moe_layers(llm: Any) -> int:
 
 
 @dataclass(frozen=True)
+class Anchor:
+    """The learned models' answer for one stage of one engine at one micro-batch (:mod:`wattgpu.layout_learned`):
+    the decode step (s, the engine's TP all-reduce included), the per-GPU power of a GPU busy with it (W), the
+    prefill of one prompt through that stage (s), and where the learned models extrapolate (warnings)."""
+
+    step_s: float
+    power_w: float
+    ttft_s: float
+    warnings: tuple[str, ...] = ()
+
+
+# What answers a layout's stage: None (roofline only) or a function of the micro-batch (sequences of one engine's
+# micro-batch) giving the learned stage figures, or None where the learned models cannot answer.
+StageModel = Callable[[float], "Anchor | None"]
+
+
+@dataclass(frozen=True)
 class Estimate:
-    """Roofline figures of one layout at a running batch (sequences over all DP ranks)."""
+    """Figures of one layout at a running batch (sequences over all DP ranks): ``method`` ``roofline`` (bytes /
+    bandwidth, FLOPs / peak) or ``anchored`` (the learned stage step and power composed with the layout's link,
+    bubble and all-to-all terms); the roofline figures of the same layout ride along as the bound."""
 
     layout: Layout
     batch: int
@@ -263,21 +283,40 @@ class Estimate:
     alltoall_s: float
     p2p_s: float
     allreduce_s: float
+    method: str = ROOFLINE
+    roofline_itl_s: float = math.nan
+    roofline_ttft_s: float = math.nan
+    roofline_power_per_gpu_w: float = math.nan
+    warnings: tuple[str, ...] = ()
 
     @property
     def power_w(self) -> float:
         """All GPUs of the layout."""
         return self.power_per_gpu_w * self.layout.gpus
 
+    def roofline(self) -> dict[str, float]:
+        """The roofline figures of the same layout and load: the bound the answer never undercuts (ITL, TTFT)."""
+        return {"itl_s": self.roofline_itl_s, "ttft_s": self.roofline_ttft_s,
+                "power_w": self.roofline_power_per_gpu_w}
+
+
+def micro_batch(lay: Layout, batch: float, micro_batches: int | None = None) -> tuple[float, float, float]:
+    """(sequences per DP rank, micro-batches in the pipeline, sequences per micro-batch) of ``batch`` sequences."""
+    rank_batch = max(batch / lay.dp, 1.0)
+    m = min(float(micro_batches or lay.pp), rank_batch)
+    return rank_batch, m, rank_batch / m
+
 
 def estimate(gpu: Any, llm: Any, lay: Layout, batch: float, input_tokens: int, output_tokens: int,
-             micro_batches: int | None = None, kv_cache_dtype: str = "auto") -> Estimate:
-    """Roofline ITL, TTFT, tokens/s and power of ``lay`` decoding ``batch`` sequences (spread over the DP ranks,
-    each rank's share cut into ``micro_batches`` — default ``pp`` — micro-batches in the pipeline)."""
-    rank_batch = max(batch / lay.dp, 1.0)
-    m = float(micro_batches or lay.pp)
-    m = min(m, rank_batch)
-    micro = rank_batch / m
+             micro_batches: int | None = None, kv_cache_dtype: str = "auto",
+             stage_model: StageModel | None = None) -> Estimate:
+    """ITL, TTFT, tokens/s and power of ``lay`` decoding ``batch`` sequences (spread over the DP ranks, each rank's
+    share cut into ``micro_batches`` — default ``pp`` — micro-batches in the pipeline).
+
+    Roofline without ``stage_model``. With it, the stage's decode step and busy power are the learned models'
+    (``stage_model(micro)``), never below the roofline stage; the all-to-all, the stage links and the bubble
+    (which the learned models never saw) are the same physics terms as the roofline's."""
+    rank_batch, m, micro = micro_batch(lay, batch, micro_batches)
     mean_context = input_tokens + output_tokens / 2.0
     layers = llm.num_layers / lay.pp
     # one stage, one micro-batch: DRAM bytes and FLOPs of one GPU
@@ -303,7 +342,6 @@ def estimate(gpu: Any, llm: Any, lay: Layout, batch: float, input_tokens: int, o
         else:
             bw, lat = min(_nvlink(gpu, lay.gpus_per_node)[0], lay.link.gb_s), lay.link.latency_s
         a2a = moe_layers(llm) / lay.pp * ALLTOALL_PER_LAYER * transfer_s(nbytes / ALLTOALL_PER_LAYER, bw, lat)
-    stage = stage_compute + allreduce + a2a
     # stage boundaries: activations of a micro-batch; the ones between nodes cross the network
     act = micro * float(llm.hidden_size) * ACTIVATION_BYTES / lay.tp
     cross = min(lay.nodes - 1, lay.pp - 1)
@@ -312,9 +350,6 @@ def estimate(gpu: Any, llm: Any, lay: Layout, batch: float, input_tokens: int, o
     p2p = cross * transfer_s(act, lay.link.gb_s, lay.link.latency_s) + inside * transfer_s(act, nv_bw,
                                                                                           NVLINK_P2P_LATENCY_S)
     bubble = float(bubble_fraction(float(lay.pp), m))
-    # a round: every micro-batch through every stage (fill + drain); each sequence gains one token per round
-    itl = (m + lay.pp - 1.0) * stage + p2p
-    tokens_per_s = rank_batch * lay.dp / itl
     # prefill of one prompt: FLOPs over the tp GPUs of each stage, stages one after the other
     prompt_flop = 2.0 * float(llm.active_params_b) * 1e9 * input_tokens / lay.tp / flops_rate
     prompt_mem = w_total * lay.pp / (float(gpu.memory_bandwidth_gb_s) * 1e9)
@@ -327,15 +362,42 @@ def estimate(gpu: Any, llm: Any, lay: Layout, batch: float, input_tokens: int, o
     prompt_act = input_tokens * float(llm.hidden_size) * ACTIVATION_BYTES / lay.tp
     prompt_p2p = cross * transfer_s(prompt_act, lay.link.gb_s, lay.link.latency_s) + inside * transfer_s(
         prompt_act, nv_bw, NVLINK_P2P_LATENCY_S)
-    ttft = max(prompt_flop, prompt_mem) + prompt_a2a + prompt_p2p
-    # power: a GPU works (1 − bubble) of the time, and of that the roofline share of its stage time
-    duty = (1.0 - bubble) * stage_compute / stage * float(physics.roofline_duty(
-        _f(stage_compute), _f(layers), _f(physics.LAYER_OVERHEAD_DEFAULT_S)))
-    busy = float(physics.duty_power_w(_f(gpu.tdp_w), _f(duty)))
+    links_ttft = prompt_a2a + prompt_p2p
+    rl_ttft = max(prompt_flop, prompt_mem) + links_ttft
     idle = idle_power_w(gpu)
-    per_gpu = min(max(busy, idle), float(gpu.tdp_w))
+    # roofline: a round is every micro-batch through every stage (fill + drain); each sequence gains one token per
+    # round. A GPU works (1 − bubble) of the time, and of that the roofline share of its stage time.
+    rl_core = stage_compute + allreduce
+    rl_itl = _round_s(m, lay.pp, rl_core + a2a, p2p)
+    rl_duty = (1.0 - bubble) * stage_compute / (rl_core + a2a) * float(physics.roofline_duty(
+        _f(stage_compute), _f(layers), _f(physics.LAYER_OVERHEAD_DEFAULT_S)))
+    rl_power = _within(float(physics.duty_power_w(_f(gpu.tdp_w), _f(rl_duty))), idle, float(gpu.tdp_w))
+    anchor = stage_model(micro) if stage_model is not None else None
+    warns: tuple[str, ...] = ()
+    if anchor is None:
+        itl, ttft, per_gpu, method = rl_itl, rl_ttft, rl_power, ROOFLINE
+    else:
+        # the learned stage (its TP all-reduce included), never faster than the roofline stage; then the links the
+        # learned models never saw. Busy power while the stage computes, idle power in the bubble and the transfers.
+        core = max(anchor.step_s, rl_core)
+        itl = max(_round_s(m, lay.pp, core + a2a, p2p), rl_itl)
+        ttft = max(anchor.ttft_s * lay.pp + links_ttft, rl_ttft)
+        duty = (1.0 - bubble) * core / (core + a2a)
+        busy = _within(anchor.power_w, idle, float(gpu.tdp_w))
+        per_gpu = _within(idle + duty * (busy - idle), idle, float(gpu.tdp_w))
+        method, warns = ANCHORED, anchor.warnings
+    tokens_per_s = rank_batch * lay.dp / itl
     return Estimate(lay, int(batch), itl, ttft, bubble, tokens_per_s, per_gpu, per_gpu * lay.gpus_on_busiest_node,
-                    a2a, p2p, allreduce)
+                    a2a, p2p, allreduce, method, rl_itl, rl_ttft, rl_power, warns)
+
+
+def _round_s(m: float, pp: int, stage_s: float, p2p_s: float) -> float:
+    """One pipeline round: ``m`` micro-batches through ``pp`` stages (fill + drain) and the stage links."""
+    return (m + pp - 1.0) * stage_s + p2p_s
+
+
+def _within(x: float, lo: float, hi: float) -> float:
+    return min(max(x, lo), hi)
 
 
 def idle_power_w(gpu: Any) -> float:
@@ -358,7 +420,8 @@ def vllm_parallel_args(lay: Layout) -> list[str]:
 def candidate_layouts(gpu: Any, llm: Any, max_nodes: int = 4, gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
                       interconnect: str = DEFAULT_INTERCONNECT) -> list[Layout]:
     """Every valid layout of ``gpu`` for ``llm`` on up to ``max_nodes`` nodes: TP in 1, 2, 4, 8 (within a node),
-    PP and DP powers of two, EP on or off for MoE models. Memory fit is not checked here."""
+    PP and DP powers of two, EP on or off for MoE models; fewer nodes first (the rank search relies on it). Memory
+    fit is not checked here."""
     per_node = min(gpus_per_node, gpu.max_group or 1)
     out: list[Layout] = []
     for nodes in range(1, max_nodes + 1):

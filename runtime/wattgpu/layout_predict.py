@@ -1,9 +1,15 @@
 """``predict`` with a layout: one LLM on ``tp × pp × dp`` GPUs of one type (expert parallelism on or off, one node
-or several), answered from the roofline terms of :mod:`wattgpu.layout` — the same :func:`wattgpu.layout.fit`,
-:func:`wattgpu.layout.estimate` and :func:`running_batch` that ``rank --parallel auto``
-(:mod:`wattgpu.layout_search`) ranks with.
+or several), answered by :func:`wattgpu.layout.estimate` — the same :func:`wattgpu.layout.fit`, estimate and
+:func:`running_batch` that ``rank --parallel auto`` (:mod:`wattgpu.layout_search`) ranks with.
 
-How the load meets the layout (ASSUMPTIONS, stated in every answer's ``method``):
+Method ``anchored`` (given a predictor: ``predict`` and ``rank`` always give theirs): each engine's stage is asked
+of the learned models (:mod:`wattgpu.layout_learned`) and composed with the expert all-to-all, the stage links and
+the pipeline bubble; never faster than the roofline of the same layout, which rides along in ``roofline``. Method
+``roofline`` (no predictor, or where the learned models cannot answer the stage, said in the warnings): bytes /
+bandwidth, FLOPs / peak, link transfers, the bubble — a floor whose ITL reads far low on measured runs
+(reports/parallel.md, ``python tools/score_layouts.py``).
+
+How the load meets the layout (ASSUMPTIONS):
 
 - offline: ``min(max_batch × dp, sequences the KV cache holds)`` sequences decode together (vLLM's
   ``--max-num-seqs`` is per DP engine);
@@ -12,23 +18,21 @@ How the load meets the layout (ASSUMPTIONS, stated in every answer's ``method``)
   ITL(L); a DP engine is busy with probability 1 − exp(−L / dp) (its own share of an infinite-server queue), and
   idles at the GPU's idle power otherwise. No queueing for a slot is modelled below capacity; above it the answer
   says overloaded and holds the throughput at capacity.
-
-Figures are roofline estimates (bytes / bandwidth, FLOPs / peak, link transfers, the pipeline bubble): on the
-measured expert-, data- and pipeline-parallel rows their ITL reads far low (reports/parallel.md,
-``python tools/score_layouts.py``).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from . import capacity, physics
 from . import layout as L
 from .energy import energy_figures
 from .errors import SpecValidationError
 
-METHOD = "roofline"
+ROOFLINE_TEXT = ("roofline figures of the layout (bytes / bandwidth, FLOPs / peak, link transfers, the pipeline "
+                 "bubble), not the learned models: the ITL is a floor, well below measured expert-, data- and "
+                 "pipeline-parallel runs (reports/parallel.md)")
 SUGGEST_UP_TO_NODES = 8  # the fix a refusal names is searched on up to this many nodes
 LAYOUT_FIELDS = ("pp", "dp", "ep", "nodes", "interconnect")
 
@@ -149,6 +153,15 @@ class LayoutPrediction:
         return str(self.gpu_spec.name)
 
     @property
+    def method(self) -> str:
+        """``anchored`` (learned stage + layout physics) or ``roofline`` (:mod:`wattgpu.layout_predict`)."""
+        return self.at_load.method
+
+    def roofline(self) -> dict[str, float]:
+        """The roofline figures of the same layout and load (the bound: ITL and TTFT never below them)."""
+        return self.at_load.roofline()
+
+    @property
     def llm(self) -> str:
         return str(self.llm_spec.name)
 
@@ -203,12 +216,11 @@ def _request_s(e: L.Estimate, output_tokens: int) -> float:
     return e.ttft_s + (output_tokens - 1) * e.itl_s
 
 
-def _server_sequences(gpu: Any, llm: Any, lay: L.Layout, wl: Any, cap: int) -> float | None:
+def _server_sequences(est: Callable[[float], L.Estimate], wl: Any, cap: int) -> float | None:
     """Running sequences L = qps × T(L) of a Poisson server (bisection: T grows with L), or None when even the
     capacity ``cap`` falls short (overloaded)."""
     def excess(n: float) -> float:
-        e = L.estimate(gpu, llm, lay, n, wl.input_tokens, wl.output_tokens, kv_cache_dtype=wl.kv_cache_dtype)
-        return n - wl.qps * _request_s(e, wl.output_tokens)
+        return n - wl.qps * _request_s(est(n), wl.output_tokens)
 
     if excess(float(cap)) < 0:
         return None
@@ -221,24 +233,34 @@ def _server_sequences(gpu: Any, llm: Any, lay: L.Layout, wl: Any, cap: int) -> f
     return hi
 
 
-def predict_layout(gpu: Any, llm: Any, wl: Any, lay: L.Layout, model: str | None = None) -> LayoutPrediction:
-    """The layout answer of ``llm`` on ``lay`` of ``gpu`` under workload ``wl`` (specs, not names)."""
+def stage_model(predictor: Any, gpu: Any, llm: Any, wl: Any, lay: L.Layout) -> L.StageModel | None:
+    """The learned stage model of ``lay`` (:mod:`wattgpu.layout_learned`), or None without a predictor."""
+    if predictor is None:
+        return None
+    from .layout_learned import StageQuestions
+
+    return StageQuestions(predictor, gpu, llm, wl).model(lay)
+
+
+def predict_layout(gpu: Any, llm: Any, wl: Any, lay: L.Layout, model: str | None = None,
+                   predictor: Any = None) -> LayoutPrediction:
+    """The layout answer of ``llm`` on ``lay`` of ``gpu`` under workload ``wl`` (specs, not names): ``anchored``
+    on ``predictor``'s learned models, or the roofline without one."""
     f = L.fit(gpu, llm, lay, wl.context_tokens, wl.gpu_memory_utilization, wl.kv_cache_dtype)
     if not f.fits:
         raise fit_error(gpu, llm, lay, wl)
     cap = running_batch(wl.max_batch, lay, f)
+    stage = stage_model(predictor, gpu, llm, wl, lay)
     est = lambda n: L.estimate(gpu, llm, lay, n, wl.input_tokens, wl.output_tokens,  # noqa: E731
-                               kv_cache_dtype=wl.kv_cache_dtype)
+                               kv_cache_dtype=wl.kv_cache_dtype, stage_model=stage)
     full = est(cap)
     max_qps = cap / _request_s(full, wl.output_tokens)
     idle = L.idle_power_w(gpu)
-    warnings = [f"{METHOD} figures of the layout (bytes / bandwidth, FLOPs / peak, link transfers, the pipeline "
-                "bubble), not the learned models: the ITL is a floor, well below measured expert-, data- and "
-                "pipeline-parallel runs (reports/parallel.md)"]
+    warnings: list[str] = []
     if lay.nodes > 1:
         warnings.append(f"spans {lay.nodes} nodes over {lay.link.name}: start vLLM with its multi-node options")
     if wl.kind == "server":
-        n = _server_sequences(gpu, llm, lay, wl, cap)
+        n = _server_sequences(est, wl, cap)
         if n is None:
             warnings.append(capacity.overload_message(wl.qps, max_qps))
             at, seqs, busy, tok_s = full, float(cap), 1.0, full.tokens_per_s
@@ -258,11 +280,24 @@ def predict_layout(gpu: Any, llm: Any, wl: Any, lay: L.Layout, model: str | None
         tok_s = seqs / at.itl_s
         utilization = seqs / cap
     power = idle + busy * (at.power_per_gpu_w - idle)
+    warnings[:0] = method_warnings(at, predictor is not None)
     args = ("vllm", "serve", model or llm.name, *L.vllm_parallel_args(lay), "--max-num-seqs", str(wl.max_batch),
             "--gpu-memory-utilization", f"{wl.gpu_memory_utilization:g}", "--kv-cache-dtype", wl.kv_cache_dtype,
             "--max-model-len", str(wl.context_tokens))
     return LayoutPrediction(gpu, llm, wl, lay, f, at, full, seqs, busy, power, tok_s, max_qps, utilization, args,
                             tuple(warnings))
+
+
+def method_warnings(e: L.Estimate, asked: bool) -> list[str]:
+    """What the figures of ``e`` are: the anchored method and where it extrapolates, or the roofline (and why,
+    when the learned models were ``asked`` but could not answer the stage)."""
+    if e.method != L.ROOFLINE:
+        from .layout_learned import METHOD_TEXT
+
+        return [METHOD_TEXT, *e.warnings]
+    why = ("the learned models cannot answer this layout's stage (its stand-in is refused: see "
+           "wattgpu.layout_learned); " if asked else "")
+    return [why + ROOFLINE_TEXT]
 
 
 def predict_answer(predictor: Any, gpu: Any, llm: Any, workload: Any, fields: Mapping[str, Any], *,
@@ -280,7 +315,7 @@ def predict_answer(predictor: Any, gpu: Any, llm: Any, workload: Any, fields: Ma
     lspec = with_dtype(predictor.resolve_llm(llm), dtype)
     lay = layout_of(gspec, lspec, workload.tp, checked.get("pp"), checked.get("dp"), checked.get("ep"),
                     checked.get("nodes"), checked.get("interconnect"))
-    p = predict_layout(gspec, lspec, workload, lay)
+    p = predict_layout(gspec, lspec, workload, lay, predictor=predictor)
     if max_itl_ms is not None or max_ttft_ms is not None:
         from .questions import check_sla_ms
 

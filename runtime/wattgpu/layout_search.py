@@ -1,6 +1,7 @@
 """``rank --parallel auto``: per GPU type, the layout TP × EP × DP × PP on the fewest of up to N nodes that holds the
-model and meets the ITL limit, the least energy per token among those, from the roofline figures of
-:mod:`wattgpu.layout`."""
+model and meets the ITL limit, the least energy per token among those, from the same figures ``predict`` gives a
+layout (:func:`wattgpu.layout.estimate`: ``anchored`` on the learned models given a predictor, else the roofline);
+the learned stage answers are memoised per GPU type, engine shape and micro-batch."""
 from __future__ import annotations
 
 import math
@@ -40,25 +41,37 @@ class LayoutChoice:
 
 def best_layouts(gpus: Iterable[Any], llm: Any, max_batch: int, input_tokens: int, output_tokens: int,
                  max_nodes: int = 4, interconnect: str = L.DEFAULT_INTERCONNECT, gpu_memory_utilization: float = 0.9,
-                 kv_cache_dtype: str = "auto", max_itl_ms: float | None = None) -> tuple[list[LayoutChoice], list[tuple[str, str]]]:
+                 kv_cache_dtype: str = "auto", max_itl_ms: float | None = None, predictor: Any = None,
+                 workload: Any = None) -> tuple[list[LayoutChoice], list[tuple[str, str]]]:
     """(choices sorted by J/token, [(GPU, why none fits)]): per GPU type, among the valid layouts on the fewest
     nodes that hold the model (and meet ``max_itl_ms``), the one with the least energy per token. Fewest nodes
     first: spreading over more nodes shrinks each GPU's weight read, which the roofline rewards more than a real
     deployment would, and costs GPUs. A layout runs min(``max_batch`` per DP rank × dp, the sequences its KV cache
-    holds) sequences."""
+    holds) sequences. With ``predictor`` the figures are anchored on its learned models (``workload``: the engine
+    settings they are asked with; default these arguments')."""
+    from .layout_learned import StageQuestions
+    from .workload import Workload
+
     context = input_tokens + output_tokens
+    if predictor is not None and workload is None:
+        workload = Workload(max_batch=max_batch, input_tokens=input_tokens, output_tokens=output_tokens,
+                            gpu_memory_utilization=gpu_memory_utilization, kv_cache_dtype=kv_cache_dtype)
     chosen: list[LayoutChoice] = []
     excluded: list[tuple[str, str]] = []
     for gpu in gpus:
         best: LayoutChoice | None = None
         fits_any = False
+        questions = StageQuestions(predictor, gpu, llm, workload) if predictor is not None else None
         for lay in L.candidate_layouts(gpu, llm, max_nodes=max_nodes, interconnect=interconnect):
             f = L.fit(gpu, llm, lay, context, gpu_memory_utilization, kv_cache_dtype)
             if not f.fits:
                 continue
             fits_any = True
+            if best is not None and lay.nodes > best.layout.nodes:
+                break  # fewest nodes first, and candidate_layouts counts nodes up: no later layout can win
             batch = running_batch(max_batch, lay, f)
-            e = L.estimate(gpu, llm, lay, batch, input_tokens, output_tokens, kv_cache_dtype=kv_cache_dtype)
+            e = L.estimate(gpu, llm, lay, batch, input_tokens, output_tokens, kv_cache_dtype=kv_cache_dtype,
+                           stage_model=questions.model(lay) if questions is not None else None)
             if max_itl_ms is not None and e.itl_s * 1e3 > max_itl_ms:
                 continue
             c = LayoutChoice(gpu.name, e, f.sequences)
@@ -102,7 +115,8 @@ class LayoutRanking:
                  for i, c in enumerate(self.choices, 1)]
         for c in cands:
             c["launch_args"] = list(c["launch_args"])
-        return {"llm": self.llm.name, "method": "roofline", "max_nodes": self.max_nodes,
+        methods = sorted({c.estimate.method for c in self.choices}) or [L.ROOFLINE]
+        return {"llm": self.llm.name, "method": "+".join(methods), "max_nodes": self.max_nodes,
                 "interconnect": self.interconnect, "max_itl_ms": self.max_itl_ms,
                 "workload": self.workload.to_dict() if hasattr(self.workload, "to_dict") else None,
                 "candidates": cands, "excluded": [{"gpu": g, "reason": r} for g, r in self.excluded]}
@@ -120,5 +134,5 @@ def layouts_answer(predictor: Any, llm: Any, workload: Any, gpus: list[Any] | No
     specs = [resolve_gpu(catalog, g) for g in gpus] if gpus is not None else list(catalog.gpus)
     choices, excluded = best_layouts(specs, spec, workload.max_batch, workload.input_tokens, workload.output_tokens,
                                      checked["max_nodes"], checked["interconnect"], workload.gpu_memory_utilization,
-                                     workload.kv_cache_dtype, max_itl_ms)
+                                     workload.kv_cache_dtype, max_itl_ms, predictor=predictor, workload=workload)
     return LayoutRanking(spec, workload, checked["max_nodes"], checked["interconnect"], max_itl_ms, choices, excluded)

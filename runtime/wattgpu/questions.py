@@ -232,8 +232,8 @@ INTERCONNECT_RULE = ChoiceRule(tuple(link.name for link in INTERNODE_LINKS), tup
     (spelling, link.name) for link in INTERNODE_LINKS for spelling in (link.name.lower().replace(" ", "_"), *link.aliases)))
 LAYOUT_SEARCH = (
     Param("parallel", "Layouts to rank: tp (tensor-parallel groups, as --tp says) or auto (per GPU type the "
-          "layout TP × EP × DP × PP on up to --max-nodes nodes of 8 with the least energy per token; roofline "
-          "figures and vLLM's parallel flags).", "choice", rule=ChoiceRule(("tp", "auto")), default="tp",
+          "layout TP × EP × DP × PP on up to --max-nodes nodes of 8 with the least energy per token; figures "
+          "anchored on the learned models, and vLLM's parallel flags).", "choice", rule=ChoiceRule(("tp", "auto")), default="tp",
           flag="--parallel", show_default=True),
     Param("max_nodes", "With --parallel auto: the most nodes (of 8 GPUs) a layout may span.", "integer",
           rule=_number(1, MAX_NODES, integer=True), default=4, flag="--max-nodes", show_default=True,
@@ -243,11 +243,11 @@ LAYOUT_SEARCH = (
           flag="--interconnect", show_default=True),
 )
 
-# A layout beyond one tensor-parallel group (wattgpu.layout): with any of these, `predict` answers the layout's
-# roofline figures (wattgpu.layout_predict); tp is the workload's.
+# A layout beyond one tensor-parallel group (wattgpu.layout): with any of these, `predict` answers the layout
+# (wattgpu.layout_predict: anchored on the learned models); tp is the workload's.
 LAYOUT = (
     Param("pp", "Pipeline-parallel stages (vLLM --pipeline-parallel-size): the layers cut into this many stages, "
-          "one after the other (across nodes: --nodes). Gives a layout prediction (roofline figures).", "integer",
+          "one after the other (across nodes: --nodes). Gives a layout prediction.", "integer",
           rule=_number(1, LIMITS["pp"], integer=True), flag="--pp",
           expected=f"a whole number of stages in [1, {LIMITS['pp']}]"),
     Param("dp", "Data-parallel engines (vLLM --data-parallel-size), each serving its share of the sequences; "

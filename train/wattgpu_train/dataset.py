@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from wattgpu import features as F
+from wattgpu.quant import with_dtype
 from wattgpu.specs import Catalog, GpuSpec, LlmSpec
 from wattgpu.targets import ITL, POWER, forward
 from wattgpu.workload import Workload
@@ -75,14 +76,28 @@ def workload_of(row: pd.Series) -> Workload:
     )
 
 
+def llm_of(row: pd.Series, catalog: Catalog) -> LlmSpec:
+    """The catalog LLM as the row served it: ``x_dtype`` (``auto`` when absent) applied through the runtime's
+    ``--dtype`` definition (``quant.with_dtype``), so an FP8 run of a BF16 catalog LLM reads 1 byte per weight
+    and multiplies in FP8 where the GPU has FP8 tensor cores, exactly as ``wattgpu predict --dtype fp8`` does."""
+    llm = catalog.llm(row["llm"])
+    dtype = row.get("x_dtype", "auto")
+    dtype = "auto" if dtype is None or (isinstance(dtype, float) and math.isnan(dtype)) else str(dtype)
+    if dtype != "auto" and llm.quantized:
+        raise ValueError(f"row {row['row_id']}: x_dtype {dtype!r} on {llm.name}, whose catalog row is already "
+                         f"quantised ({llm.precision}); map the row to a 16-bit catalog LLM or set x_dtype 'auto'")
+    return with_dtype(llm, dtype)
+
+
 def build_dataset(records: pd.DataFrame, catalog: Catalog, target: str | None = None) -> Dataset:
-    """Join records with the catalog; keep rows with a finite target when ``target`` is given."""
+    """Join records with the catalog (each LLM at the row's served ``x_dtype``); keep rows with a finite target
+    when ``target`` is given."""
     check_records(records)
     recs = records
     if target is not None:
         col = TARGET_COLUMNS[target]
         recs = recs[np.isfinite(recs[col].to_numpy(dtype=np.float64)) & (recs[col] > 0)]
     recs = recs.reset_index(drop=True)
-    triples = [(catalog.gpu(r["gpu"]), catalog.llm(r["llm"]), workload_of(r)) for _, r in recs.iterrows()]
+    triples = [(catalog.gpu(r["gpu"]), llm_of(r, catalog), workload_of(r)) for _, r in recs.iterrows()]
     cols = F.columns(triples) if triples else {}
     return Dataset(recs, cols, triples)

@@ -9,7 +9,10 @@ blank out a target that cannot be used. ``data/README.md`` explains every decisi
 row counts; :func:`exclusion_report` recomputes the per-rule counts.
 
 Extra columns kept after the record columns (all prefixed ``x_``): ``x_precision`` (weight format
-as served: float16, bfloat16, float16|bfloat16, fp8, mxfp4, or ``float16 (assumed)``),
+as served: float16, bfloat16, float16|bfloat16, fp8, mxfp4, or ``float16 (assumed)``), ``x_dtype`` (the
+runtime's ``--dtype`` the row was served at where its catalog LLM id is a 16-bit config: ``fp8`` for the FP8 runs
+of a BF16 catalog LLM, ``auto`` where the catalog row already says how the weights are stored; the dataset
+builder applies it through ``wattgpu.quant.with_dtype``, so an FP8 row's features read 1 byte per weight),
 ``x_num_gpus``, ``x_task``, ``x_source_gpu`` (the GPU string as the source spells it),
 ``x_llm_source_name``, ``x_tp`` (tensor-parallel degree; power_w is per GPU, itl_s per sequence) and
 ``x_ttft_mean_s`` (mean time to first token as the client sees it, queueing included, where the source
@@ -40,7 +43,7 @@ _NOT_IN_CATALOG = {("llmperf_techgrandpa", "Qwen/Qwen2.5-Coder-14B-Instruct"),
                    (BRUNETTA, "mistralai/Ministral-8B-Instruct-2410"),
                    (BRUNETTA, "mistralai/Mistral-Small-3.1-24B-Instruct-2503"), (BRUNETTA, "Qwen/QwQ-32B")}
 DECODER_ARCH_CLASSES = ("decoder_transformer", "decoder_moe_transformer")
-EXTRA_COLUMNS = ("x_precision", "x_num_gpus", "x_task", "x_source_gpu", "x_llm_source_name", "x_tp", "x_ttft_mean_s",
+EXTRA_COLUMNS = ("x_precision", "x_dtype", "x_num_gpus", "x_task", "x_source_gpu", "x_llm_source_name", "x_tp", "x_ttft_mean_s",
                  "x_ttft_sched_s", "x_power_window", "x_ttft_def")
 # Measurement protocol per source (data/README.md "Measurement protocol"): the window the power is averaged
 # over and what the TTFT counts. Today's vLLM user measures steady-state power and the client's TTFT.
@@ -69,7 +72,9 @@ class Rule:
 
     ``predicate`` gets the working frame (record columns plus helper columns starting with ``_``)
     and returns a boolean Series: True marks the rows the rule acts on. ``action`` is ``drop``
-    (remove the row) or ``mask:<column>`` (set that target to NaN, keep the row).
+    (remove the row), ``mask:<column>`` (set that target to NaN, keep the row) or ``score_only`` (move the row
+    out of the training records into the scored-apart ones, :func:`load_scored_apart`: evaluate predicts it with
+    fold models that never trained on such rows).
     """
 
     name: str
@@ -146,13 +151,6 @@ EXCLUSIONS: list[Rule] = [
         action="mask:power_w",
     ),
     Rule(
-        "llmperf_fp8_checkpoint",
-        "llmperf_techgrandpa FP8 checkpoints (neuralmagic ...-FP8): the catalog LLM is the BF16 config (2 bytes "
-        "per weight) and FP8 runs use other kernels (W8A8 on Ada/Hopper, weight-only Marlin on Ampere); the "
-        "README says to compare on the BF16 rows.",
-        lambda d: _is(d, "llmperf_techgrandpa") & (d["x_precision"] != "bfloat16"),
-    ),
-    Rule(
         "llmperf_repeat_not_median",
         "llmperf_techgrandpa repeats each (GPU, checkpoint) 3-5 times in a session and the first run is often "
         "a slow warm-up (high TTFT). One real run per (GPU, checkpoint, day) is kept: the one at the (lower) "
@@ -166,18 +164,13 @@ EXCLUSIONS: list[Rule] = [
         lambda d: _is(d, HOLTMANN) & (d["_kv_cache_fp8"] == "True"),
     ),
     Rule(
-        "brunetta_fp8_online_quant",
-        "brunetta_llm_inference_power fp8 rows: vLLM's online FP8 quantisation of the BF16 checkpoint (W8A8 on H100, "
-        "weight-only W8A16 Marlin on A100); the catalog LLM is the BF16 config (2 bytes per weight), as for "
-        "llmperf_fp8_checkpoint.",
-        lambda d: _is(d, BRUNETTA) & (d["x_precision"] != "bfloat16"),
-    ),
-    Rule(
         "brunetta_not_standard_run",
-        "brunetta_llm_inference_power rows outside its standard job: the memory test (gpu_memory_utilization below "
-        "0.9, KV budget cut; that revision may also have set max_num_batched_tokens=512) and the A100-SXM4-40GB "
+        "brunetta_llm_inference_power rows outside its standard job: the memory test (memory_test.csv, "
+        "gpu_memory_utilization mostly below 0.9: KV budget cut; the revision that ran it may also have set "
+        "max_num_batched_tokens=512, so its two rows at 0.9 go too) and the A100-SXM4-40GB "
         "synthetic rows (an older eager-mode harness whose engine is not certain; most runs last under 10 s).",
-        lambda d: _is(d, BRUNETTA) & ((d["_gpu_mem_util"] < 0.9) | (d["scenario"] != "offline_saturated_max_num_seqs")),
+        lambda d: _is(d, BRUNETTA) & ((d["_gpu_mem_util"] < 0.9) | d["_source_file"].str.endswith("memory_test.csv")
+                                      | (d["scenario"] != "offline_saturated_max_num_seqs")),
     ),
     Rule(
         "power_whole_run_window",
@@ -187,6 +180,17 @@ EXCLUSIONS: list[Rule] = [
         "(x_power_window = whole_run); the row keeps its ITL.",
         lambda d: _is(d, BRUNETTA) & (d["x_power_window"] == "whole_run"),
         action="mask:power_w",
+    ),
+    Rule(
+        "fp8_scored_apart",
+        "FP8 runs of a BF16 catalog LLM (x_dtype fp8: llmperf_techgrandpa's neuralmagic ...-FP8 checkpoints, "
+        "brunetta_llm_inference_power's online FP8) are scored, not trained on. Their features read 1 byte per "
+        "weight (quant.with_dtype, as --dtype fp8), but measured FP8 saves far less than half the weight read "
+        "(fp8/bf16 ITL 0.70-0.93 on H100, 0.75-1.6 with weight-only Marlin on A100 80GB): trained on, they made "
+        "held-out FP8 ITL worse (LOGO 33.0 % vs 28.8 % scored apart) and 16-bit ITL LOGO worse (18.7 vs 17.5 % "
+        "on the same rows); reports/fp8_experiments.md.",
+        lambda d: d["x_dtype"] != "auto",
+        action="score_only",
     ),
     Rule(
         "no_usable_target",
@@ -321,6 +325,8 @@ def _map_llmperf_techgrandpa(raw: pd.DataFrame) -> dict:
         itl_stat="mean decode ((mean e2e - mean TTFT) / (mean output tokens - 1))",
         itl_statistic="mean",
         x_precision=precision.fillna(raw["precision"].astype(str)),
+        # neuralmagic ...-FP8 checkpoints (compressed-tensors FP8 W8A8) of the BF16 catalog LLM
+        x_dtype=np.where(precision == "fp8", "fp8", "auto"),
     )
 
 
@@ -410,6 +416,8 @@ def _map_brunetta(raw: pd.DataFrame) -> dict:
         itl_stat="mean TPOT ((mean latency - mean TTFT) / (mean output tokens - 1), from run means)",
         itl_statistic="mean",
         x_precision=precision.fillna(raw["precision"].astype(str)),
+        # vLLM quantization="fp8": online FP8 of the BF16 checkpoint (W8A8 on H100, weight-only Marlin on A100)
+        x_dtype=np.where(precision == "fp8", "fp8", "auto"),
     )
 
 
@@ -469,6 +477,7 @@ def _source_frame(data_dir: Path, source: str, gpu_map: dict, arch: pd.Series) -
             "itl_statistic": fields.get("itl_statistic", _ITL_STATISTIC.get(source, "mean")),
             "engine_era": fields.get("engine_era", _ENGINE_ERA.get(source)),
             "x_precision": _values(fields["x_precision"]),
+            "x_dtype": _values(fields.get("x_dtype", "auto")),
             "x_num_gpus": _num(raw["num_gpus"]).to_numpy(),
             "x_task": raw["task"].astype(str).to_numpy(),
             "x_source_gpu": raw["gpu"].astype(str).to_numpy(),
@@ -490,6 +499,7 @@ def _source_frame(data_dir: Path, source: str, gpu_map: dict, arch: pd.Series) -
             "_source_itl_stat": raw["itl_stat"].astype(str).to_numpy(),
             "_gpu_mem_util": _num(raw["gpu_memory_utilization"]).fillna(0.9).to_numpy()
             if "gpu_memory_utilization" in raw else np.full(n, 0.9),
+            "_source_file": raw["source_file"].astype(str).to_numpy() if "source_file" in raw else "",
             "_kv_cache_fp8": raw["kv_cache_fp8"].astype(str).to_numpy() if "kv_cache_fp8" in raw else "",
             "_is_group_median": _group_median_flags(raw) if source == "llmperf_techgrandpa" else np.ones(n, dtype=bool),
         }
@@ -513,6 +523,7 @@ def _load(data_dir: str | Path, sources: Sequence[str] | None, single_gpu_only: 
     df = pd.concat(frames, ignore_index=True)
 
     counts: list[dict] = []
+    apart = df.iloc[:0]
     for rule in EXCLUSIONS:
         if rule.only_if_single_gpu and not single_gpu_only:
             hit = pd.Series(False, index=df.index)
@@ -525,13 +536,16 @@ def _load(data_dir: str | Path, sources: Sequence[str] | None, single_gpu_only: 
         per_source = df.loc[hit, "source"].value_counts()
         counts.append({"rule": rule.name, "action": rule.action,
                        **{s: int(per_source.get(s, 0)) for s in chosen}, "total": int(hit.sum())})
-        if rule.action == "drop":
+        if rule.action == "score_only":
+            apart = pd.concat([apart, df.loc[hit]])
+        if rule.action in ("drop", "score_only"):
             df = df.loc[~hit]
 
     df = df[[*RECORD_COLUMNS, *EXTRA_COLUMNS]].reset_index(drop=True)
+    apart = apart[[*RECORD_COLUMNS, *EXTRA_COLUMNS]].reset_index(drop=True)
     check_records(df)
     report = pd.DataFrame(counts).set_index("rule")
-    return df, report
+    return df, report, apart
 
 
 def load_measurements(
@@ -550,6 +564,17 @@ def load_measurements(
     return _load(data_dir, sources, single_gpu_only)[0]
 
 
+def load_scored_apart(
+    data_dir: str | Path,
+    *,
+    sources: Sequence[str] | None = None,
+    single_gpu_only: bool = True,
+) -> pd.DataFrame:
+    """The rows a ``score_only`` rule moved out of the training records (same columns as
+    :func:`load_measurements`): evaluate scores them with fold models that never trained on them."""
+    return _load(data_dir, sources, single_gpu_only)[2]
+
+
 def exclusion_report(
     data_dir: str | Path,
     *,
@@ -557,7 +582,7 @@ def exclusion_report(
     single_gpu_only: bool = True,
 ) -> pd.DataFrame:
     """Rows each rule dropped (or values it masked), per source, in rule order, plus the rows kept."""
-    df, report = _load(data_dir, sources, single_gpu_only)
+    df, report, _ = _load(data_dir, sources, single_gpu_only)
     chosen = [c for c in report.columns if c not in ("action", "total")]
     kept = {"action": "kept", **{s: int((df["source"] == s).sum()) for s in chosen}, "total": len(df)}
     report.loc["kept"] = pd.Series(kept)

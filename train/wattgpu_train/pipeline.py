@@ -25,6 +25,7 @@ from .calibrate import grouped_oof, interval_factors, training_domain
 from .dataset import Dataset, build_dataset
 from .fit import FittedModel, Progress, fit_model
 from .loading import load_catalog, load_training_records
+from .measurements import load_scored_apart
 from .recipes import RECIPES, Recipe
 from .selection import LEAVE_ONE_GROUP_OUT, select
 
@@ -44,6 +45,8 @@ class TrainingData:
     specs_path: Path
     data_dir: Path
     watt_counts: Path | None = None
+    # rows a ``score_only`` rule keeps out of training (FP8 runs of BF16 catalog LLMs): evaluate scores them apart
+    scored_apart: pd.DataFrame | None = None
 
 
 @dataclass
@@ -113,7 +116,8 @@ def load(data_dir: str | Path = "data", specs: str | Path = "specs.json",
     """Every measured training row in ``data_dir`` (plus a Watt Counts file if given) and the catalog."""
     wc = Path(watt_counts) if watt_counts is not None else None
     return TrainingData(records=load_training_records(Path(data_dir), wc), catalog=load_catalog(Path(specs)),
-                        specs_path=Path(specs), data_dir=Path(data_dir), watt_counts=wc)
+                        specs_path=Path(specs), data_dir=Path(data_dir), watt_counts=wc,
+                        scored_apart=load_scored_apart(Path(data_dir), single_gpu_only=False))
 
 
 def fit(data: TrainingData, recipe: str | Recipe = "default", *, intervals: bool = True,
@@ -172,7 +176,7 @@ def evaluate(data: TrainingData, *, quick: bool = False, n_jobs: int = 2, log: L
     """Score the default recipe, the paper's recipe and the physical baselines under CV / LOGO / LOLO / LOSO."""
     from .evaluate import evaluate as run
 
-    return run(data.records, data.catalog, quick=quick, n_jobs=n_jobs, log=log)
+    return run(data.records, data.catalog, quick=quick, n_jobs=n_jobs, log=log, apart=data.scored_apart)
 
 
 def kshot(data: TrainingData, *, quick: bool = False, n_jobs: int = 2, log: Log = _quiet) -> dict[str, Any]:

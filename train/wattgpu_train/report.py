@@ -62,6 +62,45 @@ def tp_markdown(tp: dict[str, Any]) -> list[str]:
     return out + [""]
 
 
+def per_format_markdown(per_format: dict[str, Any], target: str, apart: dict[str, Any] | None = None) -> list[str]:
+    """MdAPE per served weight format (FP8, NVFP4 ... apart from the 16-bit rows), split by whether the GPU
+    multiplies in that format natively (FP8 / FP4 tensor cores) or weight-only; formats scored apart (never
+    trained on) are marked, with their held-out GPUs."""
+    if not per_format:
+        return []
+    apart = apart or {}
+    apart_fmts = set(apart.get("per_format", {}))
+    out = [f"### {target}: MdAPE per served weight format (native: the GPU has tensor cores for it; weight-only: "
+           "dequantised to 16 bits)", ""]
+    if apart_fmts:
+        srcs = ", ".join(f"{k} {v}" for k, v in apart.get("rows_by_source", {}).items())
+        out += [f"Formats marked *scored apart* ({', '.join(sorted(apart_fmts))}: {apart['rows']} single-GPU rows, "
+                f"{srcs}) are never trained on (rule `fp8_scored_apart`): under LOGO / LOLO each held-out GPU's / "
+                "LLM's rows are predicted by the default recipe chosen and fitted on every other GPU's / LLM's "
+                "training rows, i.e. `--dtype fp8` applied to the 16-bit model. The other formats' rows are the "
+                "pooled out-of-fold predictions of the tables above.", ""]
+    out += ["| split | format | rows | default | physics | v0_2 | roofline |", "|---|---|---|---|---|---|---|"]
+    for fmt, by_split in per_format.items():
+        for split in ("logo", "lolo", "loso", "cv"):
+            groups = by_split.get(split, {})
+            n_all = next(iter(groups.get("all", {}).values()), {}).get("n")
+            for grp, ms in groups.items():
+                if grp != "all" and next(iter(ms.values()), {}).get("n") == n_all:
+                    continue  # every row of the format is on one side: the "all" line says it
+                label = fmt if grp == "all" else f"{fmt} ({grp.replace('_', '-')})"
+                label += " *scored apart*" if fmt in apart_fmts else ""
+                n = next(iter(ms.values()))["n"] if ms else 0
+                cells = [_f(ms[k]["mdape"], pct=True) if k in ms else "–" for k in ("default", "physics", "v0_2", "roofline")]
+                out.append(f"| {split.upper()} | {label} | {n} | " + " | ".join(cells) + " |")
+    gpus = apart.get("per_gpu_logo", {})
+    if gpus:
+        out += ["", f"Scored-apart rows per held-out GPU (LOGO, default; bias = median (predicted − measured) / "
+                "measured):", "", "| GPU | rows | MdAPE | bias |", "|---|---|---|---|"]
+        out += [f"| {g} | {v['n']} | {_f(v['default']['mdape'], pct=True)} | {v['default']['bias_pct']:+.1f} % |"
+                for g, v in gpus.items()]
+    return out + [""]
+
+
 def per_gpu_markdown(per_gpu: dict[str, Any]) -> list[str]:
     """Each held-out GPU's LOGO MdAPE per method (bias in brackets), best in bold."""
     out: list[str] = []
@@ -123,6 +162,7 @@ def evaluate_markdown(r: dict[str, Any], runtime_s: float | None = None) -> str:
                 out.append(f"| {split.upper()} | {src} (n={next(iter(ms.values()))['n']}) | "
                            + " | ".join(_f(m["mdape"], pct=True) for m in ms.values()) + " |")
         out.append("")
+        out += per_format_markdown(r[target].get("per_format", {}), target, r[target].get("scored_apart", {}))
     out += tp_markdown(r.get("tp", {}))
     out += per_gpu_markdown(r.get("per_gpu_logo", {}))
     ep = r["energy_pick"]

@@ -12,7 +12,7 @@ from ..layout_search import LayoutRanking
 
 
 def print_layouts(res: LayoutRanking, show_launch: bool = False) -> None:
-    """Print the layout ranking ``res`` (roofline figures) and the top candidate's ``vllm serve`` line."""
+    """Print the layout ranking ``res`` and the top candidate's ``vllm serve`` line."""
     llm, workload, choices, link = res.llm, res.workload, res.choices, L.internode_link(res.interconnect)
     limit = f"; ITL ≤ {res.max_itl_ms:g} ms" if res.max_itl_ms is not None else ""
     click.echo(f"{llm.name} — layouts TP × EP × DP × PP on up to {res.max_nodes} node(s) of 8, {link.name} between "
@@ -28,9 +28,13 @@ def print_layouts(res: LayoutRanking, show_launch: bool = False) -> None:
                    f"{e.power_per_node_w / 1e3:>7.2f} {e.itl_s * 1e3:>7.1f} {e.ttft_s * 1e3:>8.1f} "
                    f"{e.tokens_per_s:>8.0f} {c.j_per_token:>7.3f} {c.sequences:>6}")
     if choices:
-        click.echo("figures are roofline estimates of the layout (bytes / bandwidth, FLOPs / peak, link transfers, "
-                   "the pipeline bubble), not the learned models; seqs = sequences of input + output tokens the KV "
-                   "cache holds")
+        methods = {c.estimate.method for c in choices}
+        what = ("anchored: each engine's stage from the learned models, with the layout's all-to-all, stage links "
+                "and pipeline bubble, never faster than the roofline" if methods == {"anchored"} else
+                "roofline estimates of the layout (bytes / bandwidth, FLOPs / peak, link transfers, the pipeline "
+                "bubble), not the learned models" if methods == {"roofline"} else
+                "anchored on the learned models where they answer the stage, else roofline (see --json's method)")
+        click.echo(f"figures: {what}; seqs = sequences of input + output tokens the KV cache holds")
         for i, c in enumerate(choices if show_launch else choices[:1], 1):
             who = f"#{i}" if show_launch else "the top candidate"
             nodes = f"; spans {c.layout.nodes} nodes: start it with vLLM's multi-node options" if c.layout.nodes > 1 else ""
@@ -61,7 +65,9 @@ def print_layout_prediction(p: dict[str, Any], pue: float, usd_per_gpu_hour: flo
         ("ITL (per sequence)", f"{p['itl_s'] * 1e3:.1f} ms/token (per decode step: all-reduce {ms('allreduce_s_per_step')}, "
                                f"all-to-all {ms('alltoall_s_per_step')}, stage links {ms('p2p_s_per_step')}; "
                                f"pipeline bubble {p['bubble']:.0%})"),
-        ("TTFT", f"{p['ttft_s'] * 1e3:.1f} ms (prefill of one prompt on an idle layout, no queueing)"),
+        ("TTFT", f"{p['ttft_s'] * 1e3:.1f} ms (prefill of one prompt through every stage)"),
+        ("method", f"{p['method']} (roofline bound: ITL {p['roofline']['itl_s'] * 1e3:.1f} ms, TTFT "
+                   f"{p['roofline']['ttft_s'] * 1e3:.1f} ms, {p['roofline']['power_w']:.0f} W per GPU)"),
         ("end-to-end latency", f"{p['e2e_latency_s']:.2f} s per request (TTFT + {wl['output_tokens'] - 1} × ITL)"),
         ("throughput", f"{num(p['throughput_tok_s'], '.1f')} tokens/s"),
         ("capacity", f"at most {p['max_qps']:.3g} req/s, utilization {p['utilization']:.0%}"),

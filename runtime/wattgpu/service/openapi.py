@@ -145,7 +145,7 @@ def openapi_document() -> dict[str, Any]:
             "Exactly `wattgpu predict --json`: Prediction.to_dict(prices) (fields declared in wattgpu.record), "
             "and `sla` when an SLA was given.")},
         "LayoutPrediction": {**record.json_schema(record.LAYOUT_PREDICTION), "description": (
-            "`wattgpu predict --json` with a layout (pp, dp, ep or nodes): roofline figures of the layout "
+            "`wattgpu predict --json` with a layout (pp, dp, ep or nodes): the layout anchored on the learned models "
             "(wattgpu.layout_predict; fields declared in wattgpu.record.LAYOUT_PREDICTION), and `sla` when an SLA "
             "was given.")},
         "RankCandidate": {**record.json_schema((*record.PREDICTION, *record.RANK_ONLY)), "description":
@@ -159,7 +159,7 @@ def openapi_document() -> dict[str, Any]:
                                       "excluded": {"type": "array", "items": {"type": "object", "properties": {
                                           "prediction": {"oneOf": [{"type": "null"}, ref("RankEntry")]}}}}}},
         "LayoutRanking": {"type": "object", "description": "`wattgpu rank --parallel auto --json` "
-                          "(LayoutRanking.to_dict(), roofline figures): the least-energy layout per GPU type.",
+                          "(LayoutRanking.to_dict(), the same figures): the least-energy layout per GPU type.",
                           "required": ["llm", "method", "candidates", "excluded"],
                           "properties": {"llm": {"type": "string"}, "method": {"type": "string"},
                                          "max_nodes": {"type": "integer"}, "interconnect": {"type": "string"},

@@ -4,7 +4,7 @@
 const $ = (id) => document.getElementById(id);
 // every control, by id; each is a key of the URL's query string
 const CONTROLS = ["llm", "config", "dtype", "kind", "qps", "concurrency", "input_tokens", "output_tokens", "max_batch",
-                  "engine", "tp", "parallel", "max_nodes", "interconnect", "replicas", "max_utilization", "gpus", "max_itl_ms", "max_ttft_ms", "strict", "sort",
+                  "engine", "tp", "parallel", "max_nodes", "interconnect", "pp", "dp", "ep", "nodes", "replicas", "max_utilization", "gpus", "max_itl_ms", "max_ttft_ms", "strict", "sort",
                   "usd_per_kwh", "usd_per_gpu_hour"];
 // what the page answers when opened with no query
 const EXAMPLE = {llm: "meta-llama/Llama-3.1-8B-Instruct", kind: "server", qps: "2", max_itl_ms: "50"};
@@ -17,6 +17,10 @@ const COLUMNS = [["rank"], ["gpu"], ["tp"], ["replicas"], ["total_power_w", 1, 0
                  ["itl_s", 1e3, 1], ["itl_intervals", 1e3, 1], ["ttft_s", 1e3, 0], ["max_batch"], ["launch_args"],
                  ["warnings"]];
 const BELOW = ["launch_args", "warnings"];
+// a layout prediction's figures shown (fields of wattgpu/record.py's LAYOUT_PREDICTION, as COLUMNS)
+const LAYOUT_OUT = [["method"], ["label"], ["power_w", 1, 0], ["power_per_node_w", 1, 0], ["total_power_w", 1, 0],
+                    ["itl_s", 1e3, 1], ["ttft_s", 1e3, 0], ["throughput_tok_s", 1, 0], ["energy.j_per_token", 1, "p3"],
+                    ["roofline.itl_s", 1e3, 1], ["launch_args"], ["warnings"]];
 
 function fmt(x, digits) { return x === null || x === undefined ? "∞" : Number(x).toFixed(digits); }
 function field(c, name) { return name.split(".").reduce((o, k) => (o === null || o === undefined ? o : o[k]), c); }
@@ -236,6 +240,32 @@ async function run(ev) {
   render(res, req);
 }
 
+// POST /v1/predict for one layout: the rank form's LLM, workload, link and group, the first GPU, pp/dp/ep/nodes
+async function predictLayout(ev) {
+  ev.preventDefault();
+  writeUrl();
+  const st = $("layout-status"), out = $("layout-out");
+  st.className = "";
+  out.textContent = "";
+  let req;
+  try { req = body(); } catch (e) { st.className = "error"; st.textContent = e.message; return; }
+  const one = {llm: req.llm, gpu: (req.gpus || ["H100 SXM"])[0], workload: {...req.workload, tp: +req.tp || 1}};
+  if (req.dtype) one.dtype = req.dtype;
+  for (const f of ["pp", "dp", "nodes"]) if (val(f)) one[f] = Number(val(f));
+  for (const f of ["ep", "interconnect"]) if (val(f)) one[f] = val(f);
+  st.textContent = "Predicting…";
+  const r = await fetch("/v1/predict", {method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify(one)});
+  const p = await r.json();
+  if (!r.ok) { st.className = "error"; st.textContent = `${p.error.field}: ${p.error.message}`; return; }
+  st.textContent = `${p.gpu}: ${p.label}`;
+  for (const [name, scale, digits] of LAYOUT_OUT) {
+    const v = field(p, name), dd = make("dd", {}, name === "warnings" ? v.join("; ") : Array.isArray(v) ? v.map(quote).join(" ") :
+      digits === "p3" ? Number(v).toPrecision(3) : digits !== undefined ? fmt(v * scale, digits) : String(v));
+    dd.dataset.value = JSON.stringify(v);
+    out.append(make("dt", {}, name + (scale === 1e3 ? " (ms)" : "")), dd);
+  }
+}
+
 async function copyLink() {
   writeUrl();
   const link = $("link");
@@ -283,10 +313,12 @@ function start() {
   $("query").addEventListener("submit", run);
   $("copy").addEventListener("click", copyLink);
   $("csv").addEventListener("change", upload);
+  $("layout").addEventListener("submit", predictLayout);
   const q = new URLSearchParams(location.search);
   const src = CONTROLS.some((f) => q.has(f)) ? q : new URLSearchParams(EXAMPLE);
   for (const f of CONTROLS) if (src.has(f)) put(f, src.get(f));
   loadLlms();
   if (val("llm") || val("config")) run();
+  if (["pp", "dp", "ep", "nodes"].some((f) => q.has(f))) predictLayout(new Event("submit"));  // a layout link
 }
 start();

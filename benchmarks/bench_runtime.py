@@ -554,12 +554,64 @@ def bench_csv(n_rows: int, repeats: int, env: dict[str, str], prefix: str = "csv
             t = time.perf_counter()
             predictor.predict_table(rows)
             floors.append(n_rows / (time.perf_counter() - t))
+        onnx_floor, write_floor = csv_floors(src, n_rows)
     return {f"{prefix}_rows_per_s": summarise(rates), f"{prefix}_floor_predict_table_rows_per_s": summarise(floors),
+            f"{prefix}_floor_onnx_rows_per_s": summarise([onnx_floor]),
+            f"{prefix}_floor_write_rows_per_s": summarise([write_floor]),
+            f"{prefix}_over_onnx": summarise([r / onnx_floor for r in rates]),
             f"{prefix}_over_predict_table": summarise([a / b for a, b in zip(rates, floors)]),
             f"{prefix}_peak_rss_mb": summarise(rss),
             f"_{prefix}": {"rows": n_rows, "how": "python -c <runpy wattgpu.cli predict --input in.csv --output out.csv>, "
                      "whole process (start, read, predict, write)", "floor": "Predictor.predict_table, same rows, "
-                     "in process", "peak_rss": "VmHWM of the child (Linux; ru_maxrss elsewhere)"}}
+                     "in process", "peak_rss": "VmHWM of the child (Linux; ru_maxrss elsewhere)",
+                     "floor_onnx": "rows / seconds inside onnxruntime's Session.run during predict_csv of the same file "
+                     "in this process with a fresh Predictor (every distinct set-up's capacity grid evaluated, as in "
+                     "the CLI): the rate no CSV path evaluating these models can beat",
+                     "floor_write": "rows / seconds of csv.writer.writerows alone on the output rows (numbers as "
+                     "floats, as the CLI writes them) into memory: formatting the answer's cells"}}
+
+
+def csv_floors(src: str, n_rows: int) -> tuple[float, float]:
+    """Two floors of the CSV path on file ``src`` (rows/s): onnxruntime's time inside ``predict_csv`` with
+    a fresh Predictor, and ``csv.writer`` formatting the same output rows alone."""
+    import csv
+    import io
+
+    from onnxruntime.capi import onnxruntime_inference_collection as ort_session
+
+    from wattgpu import Predictor, batch
+
+    spent = [0.0]
+    run = ort_session.Session.run
+
+    def timed(self: Any, *a: Any, **k: Any) -> Any:
+        t = time.perf_counter()
+        try:
+            return run(self, *a, **k)
+        finally:
+            spent[0] += time.perf_counter() - t
+    with tempfile.TemporaryDirectory() as tmp:
+        dst = os.path.join(tmp, "out.csv")
+        ort_session.Session.run = timed  # type: ignore[method-assign]
+        try:
+            batch.predict_csv(src, dst, predictor=Predictor())
+        finally:
+            ort_session.Session.run = run  # type: ignore[method-assign]
+        with open(dst, newline="", encoding="utf-8") as f:
+            rows = list(csv.reader(f))
+    head, body = rows[0], rows[1:]
+
+    def cell(text: str) -> Any:
+        try:
+            return float(text)
+        except ValueError:
+            return text
+    body = [[cell(c) for c in r] for r in body]
+    t = time.perf_counter()
+    w = csv.writer(io.StringIO())
+    w.writerow(head)
+    w.writerows(body)
+    return n_rows / spent[0], n_rows / (time.perf_counter() - t)
 
 
 # ---------------------------------------------------------------- ONNX graph forms
@@ -873,6 +925,8 @@ TARGETS = [
      "batch_over_onnx_alone_one_core"),
     ("CSV CLI end to end", "csv_rows_per_s", "csv_floor_predict_table_rows_per_s", "csv_over_predict_table"),
     ("CSV CLI, 10k rows", "csv_10k_rows_per_s", "csv_10k_floor_predict_table_rows_per_s", "csv_10k_over_predict_table"),
+    ("CSV 10k vs ONNX inside", "csv_10k_rows_per_s", "csv_10k_floor_onnx_rows_per_s", "csv_10k_over_onnx"),
+    ("CSV 50k vs ONNX inside", "csv_rows_per_s", "csv_floor_onnx_rows_per_s", "csv_over_onnx"),
     ("CSV CLI, 1M rows", "csv_1m_rows_per_s", "csv_1m_floor_predict_table_rows_per_s", "csv_1m_over_predict_table"),
 ]
 

@@ -37,7 +37,7 @@ START, END = "<!-- bench_service:start -->", "<!-- bench_service:end -->"
 GPUS = ("A30", "L40S", "H100 SXM", "L4", "A100 SXM4 80GB")
 LLMS = (LLM, "Qwen/Qwen2.5-7B-Instruct")
 # offline and closed-loop rows take the runtime's single-row path (about 0.1-1 ms of CPU); a server row
-# (Poisson arrivals) solves Little's law on the vectorised path (about 15-40 ms of CPU in the runtime itself)
+# (Poisson arrivals) also solves Little's law on the one-row path (about 0.3-0.5 ms of CPU on this machine)
 PREDICT_BODIES = [{"gpu": g, "llm": m, "workload": w} for g in GPUS for m in LLMS
                   for w in ({"kind": "offline"}, {"kind": "offline", "input_tokens": 2048, "output_tokens": 128},
                             {"kind": "closed_loop", "concurrency": 8}, {"kind": "closed_loop", "concurrency": 32})]
@@ -238,8 +238,9 @@ def markdown(r: dict[str, Any]) -> str:
         "The client is a minimal asyncio HTTP/1.1 keep-alive client in the script (a general-purpose client such "
         "as httpx would take a large share of the two cores itself). The predict throughput cycles over 40 "
         "offline and closed-loop (GPU, LLM, workload) bodies, which the runtime answers on its single-row path; "
-        "server-workload bodies (Poisson arrivals) are measured apart because the runtime itself spends "
-        "15-40 ms of CPU on each (the Little's-law solve on the vectorised path), which no server can hide. "
+        "server-workload bodies (Poisson arrivals) are measured apart because each also solves Little's law "
+        "(the one-row solve: `server_prediction_p50_us` of benchmarks/bench_runtime.py, about 4x an offline "
+        "prediction), which no server can hide. "
         "The RSS loop uses the offline/closed-loop bodies. Rank bodies rank the whole catalog. Raw figures: "
         "`reports/bench_service.json`.",
         END,

@@ -221,3 +221,24 @@ def test_output_dash_writes_the_csv_to_standard_output(tmp_path, monkeypatch):
     dst = tmp_path / "out.csv"  # the same cells as a file
     CliRunner().invoke(main, ["predict", "--input", str(src), "--output", str(dst), "--lenient"])
     assert _read(dst) == out
+
+
+def test_an_earlier_runs_output_column_is_overwritten_in_place_and_kept_on_a_bad_row(tmp_path):
+    """Rerunning on an output CSV: a predicted row's output cells replace the old ones where the input holds
+    them (same column position), a skipped row keeps its old cells; every row is the header's width."""
+    from wattgpu import batch, record
+
+    src = _write(tmp_path, ["power_w,llm,gpu,error", f"old,{LLM},NVIDIA L4,", f"old,{LLM},Nope GPU,stale"])
+    dst = tmp_path / "out.csv"
+    batch.predict_csv(str(src), str(dst))
+    with open(dst, newline="") as f:
+        rows = list(csv.reader(f))
+    head = rows[0]
+    assert head[:4] == ["power_w", "llm", "gpu", "error"] and head.count("power_w") == 1
+    assert head[4:] == [c for c in record.csv_columns() if c != "power_w"]
+    assert all(len(r) == len(head) for r in rows)
+    good, bad = (dict(zip(head, r)) for r in rows[1:])
+    api = wattgpu.predict("NVIDIA L4", LLM)
+    assert float(good["power_w"]) == pytest.approx(api.power_w) and good["error"] == ""
+    assert good["itl_80_low"] != "" and float(good["itl_s"]) == pytest.approx(api.itl_s)
+    assert bad["power_w"] == "old" and "Unknown GPU" in bad["error"] and bad["itl_s"] == ""

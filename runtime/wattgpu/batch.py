@@ -521,26 +521,53 @@ class _Reporter:
                                   getattr(err, "reason", "not predictable"), getattr(err, "problem", str(err))))
 
 
+WRITE_ROWS = 1024  # rows formatted before one write (a bad row with on_error="stop" writes those before it first)
+
+
 def _write_rows(fo: IO[str], fields: list[str], results: Iterator[tuple[int, dict[str, str], Any]],
                 on_error: str, prices: Prices,
                 report: Callable[[WattGPUError], None], summary: BatchSummary) -> None:
-    w = csv.DictWriter(fo, fieldnames=fields, extrasaction="ignore")
-    w.writeheader()
+    """Write the header ``fields`` and one row per result: the input cells, then the prediction's
+    (:func:`wattgpu.record.csv_row`; an output column already in the input is overwritten in place) or
+    the row's ``error``."""
+    w = csv.writer(fo)
+    w.writerow(fields)
+    at = {c: i for i, c in enumerate(fields)}
+    outs = [at[c] for c in record.csv_columns()]
+    err_at = at["error"]
+    inputs = [c for c in fields if c not in set(record.csv_columns()) | {"error"}]
+    n_in = len(inputs)
+    plain = fields[:n_in] == inputs and outs == list(range(n_in, n_in + len(outs))) and err_at == len(fields) - 1
+    cells_of = record.csv_row(prices)
+    pending: list[list[Any]] = []
     for _, row, r in results:
         summary.rows_read += 1
-        rec: dict[str, Any] = dict(row)
         if isinstance(r, WattGPUError):
             if on_error == "stop":
+                w.writerows(pending)
                 raise r
             summary.skipped += 1
             summary.reasons[getattr(r, "reason", "not predictable")] += 1
             report(r)
-            rec["error"] = getattr(r, "problem", str(r))
+            out = [row.get(c, "") for c in fields]  # an output column of the input keeps its cell
+            out[err_at] = getattr(r, "problem", str(r))
         else:
             summary.predicted += 1
-            rec.update(record.csv_cells(r, prices))
-            rec["error"] = ""
-        w.writerow(rec)
+            cells = cells_of(r)
+            if plain:  # the usual header: input columns, then the output columns, then error
+                out = [row.get(c, "") for c in inputs]
+                out += cells
+                out.append("")
+            else:
+                out = [row.get(c, "") for c in fields]
+                for i, v in zip(outs, cells):
+                    out[i] = v
+                out[err_at] = ""
+        pending.append(out)
+        if len(pending) >= WRITE_ROWS:
+            w.writerows(pending)
+            pending.clear()
+    w.writerows(pending)
 
 
 def _temp_next_to(path: str) -> tuple[int, str]:

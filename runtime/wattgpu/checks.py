@@ -233,6 +233,14 @@ def intervals(factors: tuple[tuple[float, float, float], ...], value: float,
               cap: float | None = None, floor: float | None = None) -> tuple[Interval, ...]:
     """Multiplicative intervals around ``value``, inside the physical range: the high end at most ``cap``
     (TDP), the low end at least ``floor`` (idle power; the roofline step for ITL) when given."""
-    hi_max = math.inf if cap is None else cap
-    lo_min = -math.inf if floor is None else floor
-    return tuple([Interval(level, max(value * lo, lo_min), min(value * hi, hi_max)) for level, lo, hi in factors])
+    out = []
+    for level, lo, hi in factors:
+        low, high = value * lo, value * hi
+        if floor is not None and floor > low:  # max(value × lo, floor), as a comparison (hot path)
+            low = floor
+        if cap is not None and cap < high:
+            high = cap
+        iv = object.__new__(Interval)  # the frozen dataclass's fields without its __init__ (same values)
+        iv.__dict__.update(level=level, low=low, high=high)
+        out.append(iv)
+    return tuple(out)

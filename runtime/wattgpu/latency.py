@@ -192,11 +192,13 @@ def step_parts(cols: Any, batch: Any) -> dict[str, Any]:
 
 
 BOUNDS = ("memory", "compute", "interconnect")
+_BOUND_KEYS = ("kind", *(f"{k}_share" for k in BOUNDS))
 
 
 def bound(mem: float, flop: float, comm: float) -> dict[str, Any]:
     """What bounds a decode step: ``kind`` (the largest part) and each part's ``*_share`` of their sum."""
-    parts = {"memory": mem, "compute": flop, "interconnect": comm}
+    parts = (mem, flop, comm)  # in BOUNDS order
     total = mem + flop + comm
-    kind = max(BOUNDS, key=lambda k: parts[k])
-    return {"kind": kind, **{f"{k}_share": (parts[k] / total if total > 0 else 0.0) for k in BOUNDS}}
+    kind = BOUNDS[parts.index(max(parts))]  # the first largest part (identity first: a NaN finds itself)
+    shares = (mem / total, flop / total, comm / total) if total > 0 else (0.0, 0.0, 0.0)
+    return dict(zip(_BOUND_KEYS, (kind, *shares)))

@@ -359,6 +359,9 @@ def _cell(value: Any) -> Any:
     return value
 
 
+_ENERGY_CSV = tuple(eo.name for eo in ENERGY if eo.csv is not None)
+
+
 def _interval_prefix(name: str) -> str:
     return name[:-len("_intervals")] if name.endswith("_intervals") else name
 
@@ -382,34 +385,49 @@ def csv_columns() -> tuple[str, ...]:
 
 def csv_cells(p: Any, prices: Prices = DEFAULT_PRICES) -> dict[str, Any]:
     """The output cells of prediction ``p`` in one CSV row, keyed by :func:`csv_columns`."""
-    out: dict[str, Any] = {}
-    for o in PREDICTION:
-        form = o.csv
-        if form is None:
-            continue
-        if form == "energy":
-            e = p.energy(*prices)
-            for eo in ENERGY:
-                if eo.csv is not None:
-                    out[eo.name] = _cell(e[eo.name])
-            continue
-        v = value_of(o, p)
-        if form == "cell":
-            out[o.name] = _cell(v)
-        elif form == "resolved":
-            out[f"{o.name}_resolved"] = _cell(v)
-        elif form == "join":
-            out[o.name] = " | ".join(v)
-        elif form == "summary":
-            out[o.name] = "" if v is None else v["summary"]
-        elif form == "kind":
-            out[o.name] = v.get("kind", "")
-        else:  # interval80
-            prefix = _interval_prefix(o.name)
-            hit = next((i for i in v if round(i.level * 100) == 80), None)
-            out[f"{prefix}_80_low"] = "" if hit is None else hit.low
-            out[f"{prefix}_80_high"] = "" if hit is None else hit.high
-    return out
+    return dict(zip(csv_columns(), csv_row(prices)(p)))
+
+
+def csv_row(prices: Prices = DEFAULT_PRICES) -> Callable[[Any], list[Any]]:
+    """A function of a prediction giving its output cells as a list in :func:`csv_columns` order (the
+    plan built once per call of this function, so a batch builds it once per file)."""
+    steps = [_csv_step(o, prices) for o in PREDICTION if o.csv is not None]
+
+    def cells(p: Any) -> list[Any]:
+        out: list[Any] = []
+        for step in steps:
+            step(p, out)
+        return out
+    return cells
+
+
+def _csv_step(o: Out, prices: Prices) -> Callable[[Any, list[Any]], None]:
+    """Appends field ``o``'s CSV cells of a prediction to a row (its :data:`CSV_FORMS` form)."""
+    read: Callable[[Any], Any] = attrgetter(o.name) if o.get is None else o.get
+    form = o.csv
+
+    def energy(p: Any, out: list[Any]) -> None:
+        e = p.energy(*prices)
+        out.extend([_cell(e[k]) for k in _ENERGY_CSV])
+
+    def cell(p: Any, out: list[Any]) -> None:
+        out.append(_cell(read(p)))
+
+    def join(p: Any, out: list[Any]) -> None:
+        out.append(" | ".join(read(p)))
+
+    def summary(p: Any, out: list[Any]) -> None:
+        v = read(p)
+        out.append("" if v is None else v["summary"])
+
+    def kind(p: Any, out: list[Any]) -> None:
+        out.append(read(p).get("kind", ""))
+
+    def interval80(p: Any, out: list[Any]) -> None:
+        hit = next((i for i in read(p) if round(i.level * 100) == 80), None)
+        out.extend(("", "") if hit is None else (hit.low, hit.high))
+    return {"energy": energy, "cell": cell, "resolved": cell, "join": join, "summary": summary, "kind": kind,
+            "interval80": interval80}[str(form)]
 
 
 _SCHEMA_TYPES = {"number": "number", "integer": "integer", "boolean": "boolean", "string": "string",

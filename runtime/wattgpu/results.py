@@ -60,9 +60,11 @@ def core(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.C
     tokens_per_s = served_token_rate(cols, batch, req_s, cap["max_qps"])
     mix: Mix = {}
     if server_rows:
-        mixed = server_mix(evaluate, [rows[k] for k in server_rows], {k: v[server_rows] for k, v in cols.items()},
-                           learned=server_learned,
-                           cap=cap["limit"][server_rows], capacity={k: v[server_rows] for k, v in cap.items()})
+        every = len(server_rows) == len(rows)  # a server rank: every row (no copy of ~200 columns)
+        mixed = server_mix(evaluate, rows if every else [rows[k] for k in server_rows],
+                           cols if every else {k: v[server_rows] for k, v in cols.items()}, learned=server_learned,
+                           cap=cap["limit"] if every else cap["limit"][server_rows],
+                           capacity=cap if every else {k: v[server_rows] for k, v in cap.items()})
         mix = {int(k): mixed[j] for j, k in enumerate(server_rows)}
         for k, m in mix.items():
             power[k], itl[k], busy[k], batch[k] = m["power"], m["itl"], m["busy"], m["batch"]

@@ -91,8 +91,8 @@ def test_a_valid_request_is_answered_while_300_clients_stall_their_uploads(base:
 # ---------------------------------------------------------------- the page in headless Chromium
 # the page's controls (app.js's CONTROLS; a test holds the two equal): each is a key of the page's URL
 CONTROLS = ["llm", "config", "dtype", "kind", "qps", "concurrency", "input_tokens", "output_tokens", "max_batch",
-            "engine", "tp", "parallel", "max_nodes", "interconnect", "replicas", "max_utilization", "gpus", "max_itl_ms",
-            "max_ttft_ms", "strict", "sort", "usd_per_kwh", "usd_per_gpu_hour"]
+            "engine", "tp", "parallel", "max_nodes", "interconnect", "pp", "dp", "ep", "nodes", "replicas",
+            "max_utilization", "gpus", "max_itl_ms", "max_ttft_ms", "strict", "sort", "usd_per_kwh", "usd_per_gpu_hour"]
 HARNESS_JS = r"""
 const P = new URLSearchParams(location.search), f = document.getElementById("f");
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -128,6 +128,12 @@ f.onload = async () => {
   const root = d.documentElement, scroller = d.querySelector(".scroll");
   out.page_scroll = [root.scrollWidth, root.clientWidth];
   out.table_scroll = [scroller.scrollWidth, scroller.clientWidth];
+  if (["pp", "dp", "ep", "nodes"].some((k) => new URLSearchParams(P.get("page").split("?")[1] || "").has(k))) {
+    await until(() => { const t = $("layout-status").textContent; return t && !t.endsWith("…"); });
+    out.layout_status = $("layout-status").textContent; out.layout_error = $("layout-status").className === "error";
+    out.layout = Object.fromEntries(Array.from(d.querySelectorAll("#layout-out dt")).map((dt) =>
+      [dt.textContent.replace(/ \(ms\)$/, ""), dt.nextElementSibling.dataset.value]));
+  }
   if (P.get("copy")) {
     $("status").textContent = "";
     $("copy").click();
@@ -342,7 +348,7 @@ def test_each_control_reaches_the_request_and_the_answer_is_shown(page_base: str
         assert shown is None or str(shown).lower() in (value.lower(), "true" if value == "1" else value)
     assert dict(httpx.QueryParams(out["search"].lstrip("?"))) == query
     api = _api(page_base, body)
-    if api.get("method") == "roofline":
+    if body.get("parallel") == "auto":
         _layouts_same_as_api(out, api)
         return
     _same_as_api(out, api)
@@ -395,8 +401,35 @@ def test_every_control_of_the_page_is_exercised() -> None:
     assert declared is not None
     assert json.loads(declared.group(1)) == CONTROLS
     page = (REPO / "runtime" / "wattgpu" / "service" / "static" / "index.html").read_text()
-    form = page[page.index('<form id="query"'):page.index("</form>")]
-    ids = set(re.findall(r'<(?:input|select|textarea) id="([a-z_]+)"', form)) - {"link"}
+    forms = re.findall(r'<form id="(?:query|layout)".*?</form>', page, re.S)
+    assert len(forms) == 2
+    ids = set(re.findall(r'<(?:input|select|textarea) id="([a-z_]+)"', "".join(forms))) - {"link"}
     assert ids == set(CONTROLS)  # no control outside the URL and the tests
-    exercised = set().union(*(q.keys() for q, _ in CONTROL_CASES))
+    exercised = set().union(*(q.keys() for q, _ in CONTROL_CASES), LAYOUT_QUERY)
     assert exercised == set(CONTROLS)
+
+
+# the layout form: DeepSeek-R1 as 2 stages of 8 H100 on 2 nodes, expert parallelism on, RoCE between the nodes
+LAYOUT_QUERY = {"llm": "deepseek-ai/DeepSeek-R1-0528", "kind": "offline", "tp": "8", "gpus": "H100 SXM",
+                "interconnect": "roce", "pp": "2", "dp": "1", "ep": "on", "nodes": "2"}
+
+
+def test_the_layout_form_answers_as_the_api(page_base: str) -> None:
+    """A link holding pp/dp/ep/nodes predicts that layout on open; every field shown is the API's value."""
+    out = _drive(page_base, LAYOUT_QUERY)
+    assert out.get("layout_status") and not out["layout_error"], out.get("layout_status")
+    assert dict(httpx.QueryParams(out["search"].lstrip("?"))) == LAYOUT_QUERY
+    body = {"llm": LAYOUT_QUERY["llm"], "gpu": "H100 SXM", "workload": {"kind": "offline", "tp": 8}, "pp": 2, "dp": 1,
+            "nodes": 2, "ep": "on", "interconnect": "roce"}
+    r = httpx.post(f"{page_base}/v1/predict", json=body, timeout=120)
+    assert r.status_code == 200, r.text
+    api = r.json()
+    assert api["method"] == "anchored" and out["layout_status"] == f"{api['gpu']}: {api['label']}"
+    shown = {k: json.loads(v) for k, v in out["layout"].items()}
+    assert len(shown) > 5
+    for name, value in shown.items():
+        want: Any = api
+        for part in name.split("."):
+            want = want[part]
+        assert value == want, name
+

@@ -112,12 +112,19 @@ class _AtLoad:
     features that read them. Raw model outputs are kept per concurrency level, so the solve's last
     step is not run again for the answer."""
 
-    def __init__(self, bundle: ModelBundle, c: dict[str, float], closed_loop: bool) -> None:
-        self.base = load_free(c, closed_loop)
+    def __init__(self, bundle: ModelBundle, row: Row, c: dict[str, float], closed_loop: bool, memo: RowMemo) -> None:
         self.runners = _runners(bundle)
         self.kind = assemble.reads_kind(bundle)
-        probe = assemble.steady(self.base) if self.kind else self.base
-        self.fixed = {t: r.split(probe) for t, r in self.runners.items()}
+        # the load-free part depends on the specs and every workload field but the concurrency (the
+        # capacity key of a learned server: all of them), so it is kept per such set-up as the capacity is
+        key = ("load-free", closed_loop, capacity._key(row, True))
+        got = memo.capacity_get(key, row)
+        if got is None:
+            base = load_free(c, closed_loop)
+            probe = assemble.steady(base) if self.kind else base
+            got = (base, {t: r.split(probe) for t, r in self.runners.items()})
+            memo.capacity_put(key, row, got)
+        self.base, self.fixed = got
         self.calibration = calibration_of(bundle) if bundle.schema.calibration is not None else None
         self.seen: dict[float, tuple[dict[str, float], dict[str, float], dict[str, float]]] = {}
 
@@ -127,7 +134,15 @@ class _AtLoad:
         if hit is None:
             cols = at_load(self.base, level)
             hit = self.seen[level] = (cols, assemble.steady(cols) if self.kind else cols, {})
-        cols, x, raw = hit
+        return hit[0], self._outputs(*hit, targets)
+
+    def row(self, cols: dict[str, float], targets: tuple[str, ...] | None = None) -> dict[str, float]:
+        """:func:`evaluate_one` of ``cols``: the row these load-free parts were built from (offline and
+        closed-loop rows at their own load, ``closed_loop`` False)."""
+        return self._outputs(cols, assemble.steady(cols) if self.kind else cols, {}, targets)
+
+    def _outputs(self, cols: dict[str, float], x: dict[str, float], raw: dict[str, float],
+                 targets: tuple[str, ...] | None) -> dict[str, float]:
         for t, run in self.runners.items():
             if (targets is None or t in targets) and t not in raw:
                 split = self.fixed[t]
@@ -135,7 +150,7 @@ class _AtLoad:
         out = {t: v for t, v in raw.items() if targets is None or t in targets}
         if self.calibration is not None:  # the same correction as evaluate_one
             out = self.calibration.apply(out, cols)
-        return cols, out
+        return out
 
 
 _LOCAL = threading.local()
@@ -183,16 +198,15 @@ def numbers_one(bundle: ModelBundle, row: Row, memo: RowMemo | None = None
             cap = _capacity(bundle, row, c, learned)
             memo.capacity_put(key, row, cap)
         if wl.kind == "server":
-            return _server_numbers(bundle, row, c, learned, cap)
-        out = evaluate_one(bundle, c)
+            return _server_numbers(bundle, row, c, learned, cap, memo)
+        out = _AtLoad(bundle, row, c, False, memo).row(c)
         power, batch = out["power"], c["eff_batch"]
         itl, point = capacity.sub_batch_one(out["itl"], batch, cap.grid_batch, cap.grid_itl)
         if point >= 0 and point == cap.peak_k:  # decoding as sub-batches of a grid batch: the power there
             power = cap.peak_power  # (as results.core)
         elif point >= 0:
             _, level = capacity.load_point(cap.grid_conc[point], cap.limit, learned)
-            at = row_with_concurrency(c, level, closed_loop=not learned)
-            power = evaluate_one(bundle, at, _POWER_ONLY)[POWER]
+            power = _AtLoad(bundle, row, c, not learned, memo)(level, _POWER_ONLY)[1][POWER]
         req_s = capacity.request_s(c, itl)  # type: ignore[arg-type]  # floats: the same operations
         rate = served_token_rate(c, batch, req_s, cap.max_qps)  # type: ignore[arg-type]
         numbers = finish(power, itl, batch, 1.0, rate, c["gpu_tdp_w"], c["wl_output_tokens"], False, c["wl_tp"])
@@ -228,12 +242,12 @@ def _row_columns(row: Row, memo: RowMemo) -> dict[str, float]:
 
 
 def _server_numbers(bundle: ModelBundle, row: Row, c: dict[str, float], learned: bool,
-                    cap: Capacity) -> tuple[dict[str, float], dict[str, Any], dict[str, Any]] | None:
+                    cap: Capacity, memo: RowMemo) -> tuple[dict[str, float], dict[str, Any], dict[str, Any]] | None:
     """A Poisson-server row on floats (as server_mix and core)."""
     g, _, wl = row
     qps = float(wl.qps)  # type: ignore[arg-type]  # a server workload always has one
 
-    models = _AtLoad(bundle, c, closed_loop=not learned)
+    models = _AtLoad(bundle, row, c, not learned, memo)
 
     def at(conc: float, targets: tuple[str, ...] | None) -> tuple[dict[str, float], dict[str, float], float]:
         batch, level = capacity.load_point(conc, cap.limit, learned)

@@ -86,7 +86,7 @@ class _RowRunner:
         rest = []
         for j, (key, feat) in enumerate(self.plan):
             try:
-                fixed[j] = float(feat.fn(base))  # float → float32, as row_vector's row is cast
+                fixed[j] = float(feat.fn(base))  # type: ignore[arg-type]  # float → float32 as row_vector's row
             except KeyError:
                 rest.append((j, key, feat))
         return fixed, tuple(rest)
@@ -146,7 +146,10 @@ class _AtLoad:
         for t, run in self.runners.items():
             if (targets is None or t in targets) and t not in raw:
                 split = self.fixed[t]
-                raw[t] = run(x) if split is None else run.at_load(*split, x)
+                if split is None:
+                    raw[t] = run(x)
+                else:
+                    raw[t] = run.at_load(split[0], split[1], x)
         out = {t: v for t, v in raw.items() if targets is None or t in targets}
         if self.calibration is not None:  # the same correction as evaluate_one
             out = self.calibration.apply(out, cols)

@@ -73,11 +73,20 @@ def test_memory_fit_splits_weights_and_experts() -> None:
 
 
 def test_more_stages_never_lower_the_bubble() -> None:
+    # the same work (8 ms of layers) cut into pp stages, each boundary a 0.1 ms link; m micro-batches in flight
     for m in (1, 2, 4, 16, 64):
-        b = [L.bubble_fraction(float(pp), float(m)) for pp in (1, 2, 4, 8, 16)]
+        b = [L.bubble_fraction(float(min(m, pp)), float(pp), 8e-3 / pp, 1e-4 * (pp - 1)) for pp in (1, 2, 4, 8, 16)]
         assert b[0] == 0.0 and all(x <= y for x, y in zip(b, b[1:])) and b[-1] < 1.0
-    # more micro-batches shrink it
-    assert L.bubble_fraction(4.0, 16.0) < L.bubble_fraction(4.0, 4.0)
+    # more micro-batches than stages keep every stage busy; fewer leave the stages idle
+    assert L.bubble_fraction(16.0, 4.0, 2e-3, 3e-4) == 0.0 < L.bubble_fraction(4.0, 4.0, 2e-3, 3e-4)
+    assert L.bubble_fraction(1.0, 4.0, 2e-3, 0.0) == pytest.approx(0.75)
+
+
+def test_a_decode_round_is_the_pipeline_in_steady_state() -> None:
+    # vLLM keeps pp micro-batches in flight: a round is pp stage times plus the links, not fill + drain (2 pp − 1)
+    assert L.pipeline_round_s(2.0, 2.0, 1e-3, 1e-4) == pytest.approx(2.1e-3)
+    assert L.pipeline_round_s(8.0, 2.0, 1e-3, 1e-4) == pytest.approx(8e-3)  # stages saturated
+    assert L.pipeline_round_s(1.0, 1.0, 1e-3, 0.0) == pytest.approx(1e-3)
 
 
 def test_alltoall_bytes_grow_with_tokens_and_top_k() -> None:

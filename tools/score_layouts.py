@@ -121,8 +121,10 @@ def findings(scored: list[Scored]) -> list[str]:
                "that is one TP group), it is the same learned question: the layout adds the all-to-all and, for "
                "power, counts link time at idle power. On dp+ep each engine is asked at its own micro-batch, while "
                "its GPU's experts serve every engine's tokens (only the roofline bound sees that): it reads low there. "
-               "On pp, a decode round is the roofline's fill-and-drain of m + pp − 1 stage times (m = pp "
-               "micro-batches); ITL reads high there.")
+               "On pp, a decode round is the pipeline in steady state (pp micro-batches in flight, as vLLM's "
+               "virtual engines run them: pp stage times plus the links), not training's fill-and-drain of "
+               "2 pp − 1 stage times, which read ITL about 1.5x high on these rows at pp = 2 (round 5: chosen on "
+               "vLLM's scheduling, but after seeing that bias here).")
     out.append("- Context: ML.ENERGY v2 (vLLM 0.5.4, power derived from energy per request) reads GPUs at 0.3–0.5 "
                "of TDP where current stacks run near 0.8 (docs/serving.md); the anchored answer asks the learned "
                "models with the legacy engine era for those rows, the roofline has no era term. The dp rows of "

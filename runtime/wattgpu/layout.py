@@ -4,9 +4,12 @@ parallelism (EP) for mixture-of-experts models, on one node or several.
 A :class:`Layout` puts ``tp × pp × dp`` GPUs of one type on ``nodes`` nodes of ``gpus_per_node``:
 
 - TP splits every weight matrix over ``tp`` GPUs of one node (as :mod:`wattgpu.parallel`);
-- PP cuts the layers into ``pp`` stages run one after the other; with ``m`` micro-batches each stage idles a share
-  ``(pp − 1) / (m + pp − 1)`` of the time (the pipeline bubble, GPipe's fill and drain), and every stage boundary
-  sends the batch's activations (batch × hidden × 2 bytes) to the next stage: over NVLink inside a node, over the
+- PP cuts the layers into ``pp`` stages run one after the other. Decoding keeps ``m`` micro-batches in flight (vLLM
+  runs one per pipeline stage: its virtual engines), with no flush between decode steps, so a round — every
+  micro-batch gains one token — is the longer of a stage working through the ``m`` micro-batches and one
+  micro-batch's pass through the ``pp`` stages and their links (:func:`pipeline_round_s`); a stage idles the rest of
+  the round (the bubble: the links' share with ``m = pp``; training's fill-and-drain does not apply). Every stage
+  boundary sends the batch's activations (batch × hidden × 2 bytes) to the next stage: over NVLink inside a node, over the
   inter-node link (:data:`INTERNODE_LINKS`) between nodes;
 - DP runs ``dp`` engines side by side, each serving its share of the sequences; for a MoE model with EP this is
   vLLM's attention data parallelism: the attention (dense) weights are copied per DP rank while the experts are
@@ -223,9 +226,18 @@ def fit(gpu: Any, llm: Any, lay: Layout, context_tokens: int, gpu_memory_utiliza
     return Fit(w / gb, budget / gb, per_rank * lay.dp)
 
 
-def bubble_fraction(pp: Any, micro_batches: Any) -> Any:
-    """Share of time a pipeline stage idles: (pp − 1) / (m + pp − 1); 0 for one stage."""
-    return (pp - 1.0) / (micro_batches + pp - 1.0)
+def pipeline_round_s(micro_batches: float, pp: float, stage_s: float, links_s: float) -> float:
+    """One decode round of a pipeline in steady state, in which each of ``micro_batches`` micro-batches gains one
+    token: max(m × stage time, pp × stage time + the stage links' time) — the stages are busy with the m
+    micro-batches, or a micro-batch is still on its way through the pp stages."""
+    return max(micro_batches * stage_s, pp * stage_s + links_s)
+
+
+def bubble_fraction(micro_batches: float, pp: float, stage_s: float, links_s: float) -> float:
+    """Share of a round a pipeline stage idles: 1 − m × stage time / :func:`pipeline_round_s`; 0 for one stage
+    (no links) or when the micro-batches keep every stage busy."""
+    round_s = pipeline_round_s(micro_batches, pp, stage_s, links_s)
+    return max(0.0, 1.0 - micro_batches * stage_s / round_s) if round_s > 0 else 0.0
 
 
 def alltoall_bytes(tokens: Any, experts_per_tok: Any, hidden: Any, ep: Any) -> Any:
@@ -349,7 +361,6 @@ def estimate(gpu: Any, llm: Any, lay: Layout, batch: float, input_tokens: int, o
     nv_bw, _ = _nvlink(gpu, 2) if lay.gpus_per_node > 1 else (lay.link.gb_s, 0.0)
     p2p = cross * transfer_s(act, lay.link.gb_s, lay.link.latency_s) + inside * transfer_s(act, nv_bw,
                                                                                           NVLINK_P2P_LATENCY_S)
-    bubble = float(bubble_fraction(float(lay.pp), m))
     # prefill of one prompt: FLOPs over the tp GPUs of each stage, stages one after the other
     prompt_flop = 2.0 * float(llm.active_params_b) * 1e9 * input_tokens / lay.tp / flops_rate
     prompt_mem = w_total * lay.pp / (float(gpu.memory_bandwidth_gb_s) * 1e9)
@@ -365,10 +376,11 @@ def estimate(gpu: Any, llm: Any, lay: Layout, batch: float, input_tokens: int, o
     links_ttft = prompt_a2a + prompt_p2p
     rl_ttft = max(prompt_flop, prompt_mem) + links_ttft
     idle = idle_power_w(gpu)
-    # roofline: a round is every micro-batch through every stage (fill + drain); each sequence gains one token per
-    # round. A GPU works (1 − bubble) of the time, and of that the roofline share of its stage time.
+    # roofline: each sequence gains one token per pipeline round (pipeline_round_s). A GPU works (1 − bubble) of the
+    # time, and of that the roofline share of its stage time.
     rl_core = stage_compute + allreduce
-    rl_itl = _round_s(m, lay.pp, rl_core + a2a, p2p)
+    rl_itl = pipeline_round_s(m, lay.pp, rl_core + a2a, p2p)
+    bubble = bubble_fraction(m, lay.pp, rl_core + a2a, p2p)
     rl_duty = (1.0 - bubble) * stage_compute / (rl_core + a2a) * float(physics.roofline_duty(
         _f(stage_compute), _f(layers), _f(physics.LAYER_OVERHEAD_DEFAULT_S)))
     rl_power = _within(float(physics.duty_power_w(_f(gpu.tdp_w), _f(rl_duty))), idle, float(gpu.tdp_w))
@@ -380,7 +392,8 @@ def estimate(gpu: Any, llm: Any, lay: Layout, batch: float, input_tokens: int, o
         # the learned stage (its TP all-reduce included), never faster than the roofline stage; then the links the
         # learned models never saw. Busy power while the stage computes, idle power in the bubble and the transfers.
         core = max(anchor.step_s, rl_core)
-        itl = max(_round_s(m, lay.pp, core + a2a, p2p), rl_itl)
+        itl = max(pipeline_round_s(m, lay.pp, core + a2a, p2p), rl_itl)
+        bubble = bubble_fraction(m, lay.pp, core + a2a, p2p)
         ttft = max(anchor.ttft_s * lay.pp + links_ttft, rl_ttft)
         duty = (1.0 - bubble) * core / (core + a2a)
         busy = _within(anchor.power_w, idle, float(gpu.tdp_w))
@@ -389,11 +402,6 @@ def estimate(gpu: Any, llm: Any, lay: Layout, batch: float, input_tokens: int, o
     tokens_per_s = rank_batch * lay.dp / itl
     return Estimate(lay, int(batch), itl, ttft, bubble, tokens_per_s, per_gpu, per_gpu * lay.gpus_on_busiest_node,
                     a2a, p2p, allreduce, method, rl_itl, rl_ttft, rl_power, warns)
-
-
-def _round_s(m: float, pp: int, stage_s: float, p2p_s: float) -> float:
-    """One pipeline round: ``m`` micro-batches through ``pp`` stages (fill + drain) and the stage links."""
-    return (m + pp - 1.0) * stage_s + p2p_s
 
 
 def _within(x: float, lo: float, hi: float) -> float:

@@ -293,3 +293,35 @@ def test_scalar_path_is_thread_safe(pred: Predictor) -> None:
     for t in threads:
         t.join()
     assert not bad, bad[:5]
+
+
+def test_load_free_templates_give_the_model_inputs_row_vector_gives(pred: Predictor) -> None:
+    """The server solve's inputs: each model's load-free features filled once per set-up
+    (``_RowRunner.split``) plus the features that read the load give, at every concurrency, the
+    float32 row :func:`features.row_vector` builds from the whole re-derived row."""
+    from wattgpu.raw_columns import at_load, load_free, row_with_concurrency
+
+    cat = pred.catalog
+    runners = single._runners(pred.bundle)
+    rows = [(g, m, w) for g in cat.gpus[::4] for m in cat.llms[::5] for w in WORKLOADS[::2]]
+    checked = 0
+    for row in rows:
+        c = F.row_columns(row)
+        for closed_loop in (True, False):
+            base = load_free(c, closed_loop)
+            for level in (1e-3, 1.0, 2.5, 37.0, 4096.0):
+                whole = row_with_concurrency(c, level, closed_loop)
+                assert all(_same(v, whole[k]) for k, v in at_load(base, level).items())
+                for t, run in runners.items():
+                    split = run.split(base)
+                    assert split is not None
+                    fixed, rest = split
+                    try:
+                        want = np.array(F.row_vector(run.names, dict(whole)), dtype=np.float32)
+                    except ArithmeticError:
+                        continue
+                    run.at_load(fixed, rest, dict(whole))
+                    assert run.x[0].tobytes() == want.tobytes(), (row[0].name, row[1].name, t, level)
+                    assert rest, "no feature read the load: the solve would not move"
+                    checked += 1
+    assert checked > 500

@@ -151,3 +151,20 @@ def test_catalog_server_rows_meet_littles_law(pred: Predictor) -> None:
     on_step = (g >= 0.0) & (under - qps[idx] * T(under) < 0.0)
     assert np.all(exact | on_step), [good[i][0].name for i in idx[~(exact | on_step)]]
     assert exact.sum() > 0.9 * idx.size  # steps are the exception
+
+
+@pytest.mark.parametrize("req", [
+    [math.nan, 3.0, 5.0, 9.0, 20.0, 40.0, 80.0],  # T not finite at the first grid point
+    [0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5],  # flat: the line crossed between grid points
+    [64.0, 64.0, 64.0, 64.0, 64.0, 64.0, 64.0],  # no grid point on or above the line
+    [math.nan] * 7,
+])
+@pytest.mark.parametrize("qps", [0.0, 0.9, 1.0, 3.0, math.nan])
+def test_one_row_bracket_on_floats_equals_the_array_bracket(req: list, qps: float) -> None:
+    """The one-row solve brackets on floats (no numpy on one-row arrays): the same answer, bit for bit."""
+    fn = lambda L: float(np.interp(L, GRID, np.nan_to_num(np.asarray(req), nan=100.0)))  # noqa: E731
+    got, ok = solve_concurrency(qps, fn, tuple(GRID), tuple(req))
+    want, want_ok = solve_concurrency(np.array([qps]), lambda L, idx: np.array([fn(x) for x in np.asarray(L)]),
+                                      GRID[None, :], np.array([req]))
+    assert ok == bool(want_ok[0])
+    assert np.float64(got).tobytes() == np.float64(want[0]).tobytes()

@@ -71,8 +71,8 @@ def step_envelope_one(batch: float, grid_batch: tuple[float, ...], grid_itl: tup
     """:func:`step_envelope` of one row on floats (max is exact: the same bits)."""
     best = -math.inf
     for b, i in zip(grid_batch, grid_itl):
-        if b <= batch and math.isfinite(i):
-            best = max(best, i)
+        if b <= batch and best < i < math.inf:  # finite i (NaN and ±inf fail) above the best so far: max's pick
+            best = i
     return best if math.isfinite(best) else grid_itl[0]
 
 

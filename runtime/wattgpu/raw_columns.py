@@ -216,9 +216,22 @@ def with_concurrency(cols: Columns, index: np.ndarray, concurrency: np.ndarray, 
 
 def row_with_concurrency(c: dict[str, float], concurrency: float, closed_loop: bool) -> dict[str, float]:
     """:func:`with_concurrency` of one row of floats."""
-    raw = {k: c[k] for k in _KEPT}
-    raw["wl_concurrency"] = concurrency
+    return at_load(load_free(c, closed_loop), concurrency)
+
+
+def load_free(c: dict[str, float], closed_loop: bool) -> dict[str, float]:
+    """The columns of one row of floats that stay fixed while only its concurrency moves (raw and
+    :data:`SETUP_COLUMNS`, with ``closed_loop`` its kind codes as :func:`with_concurrency` sets them):
+    every column but ``wl_concurrency`` and the load columns :func:`derived.derive_load` writes."""
+    raw = {k: c[k] for k in _KEPT if k != "wl_concurrency"}
     if closed_loop:
         raw.update(_CLOSED_LOOP_CODES)
         raw["wl_qps"] = math.nan
+    return raw
+
+
+def at_load(base: dict[str, float], concurrency: float) -> dict[str, float]:
+    """A new row of floats: ``base`` (:func:`load_free`) at ``concurrency``, load columns derived."""
+    raw = dict(base)
+    raw["wl_concurrency"] = concurrency
     return derive_load(raw)  # type: ignore[arg-type,return-value]

@@ -32,7 +32,7 @@ from .calibration import of as calibration_of
 from .checks import NO_KV_CACHE
 from .prediction import Prediction
 from .derived import SETUP_COLUMNS, derive_load, derive_setup
-from .raw_columns import row_with_concurrency
+from .raw_columns import at_load, load_free, row_with_concurrency
 from .results import (CLOSED_LOOP_CODE, ROW_COLUMNS, Capacity, RowMemo, finish, latency_numbers, memo_for, prediction,
                       served_token_rate, utilization)
 from .server import idle_power, mix_entry
@@ -52,6 +52,8 @@ class _RowRunner:
         self.binding.bind_cpu_input(input_name, self.x)
         self.binding.bind_output(session.get_outputs()[0].name, "cpu", 0, np.float32, [1, 1], self.y.ctypes.data)
         self.run = self._direct_run()
+        self.plan = tuple(("feature:" + n, F.REGISTRY[n]) for n in names) if all(n in F.REGISTRY for n in names) \
+            else None  # an unknown name: row_vector's error, on the first call
 
     def _direct_run(self) -> Callable[[], Any]:
         """The C-level run of the binding when this onnxruntime exposes it (skips the Python wrapper's
@@ -65,11 +67,93 @@ class _RowRunner:
                 pass
         return lambda: self.session.run_with_iobinding(self.binding)
 
+
     def __call__(self, c: dict[str, float]) -> float:
         """The model's output for one row of scalar columns, in physical units."""
         self.x[0] = F.row_vector(self.names, c)  # float → float32 as the vectorised matrix casts it
         self.run()
         return float(inverse(self.transform, float(self.y[0, 0]), c))  # type: ignore[arg-type]
+
+    def split(self, base: dict[str, float]) -> tuple[np.ndarray, tuple[tuple[int, str, Any], ...]] | None:
+        """This model's input row with every feature that ``base`` (a row without its load columns:
+        :func:`raw_columns.load_free`) determines filled in, and (position, memo key, feature) of the
+        others: those that read a load column (a KeyError on ``base``). A feature that reads a column
+        only on some branch reads it here too when that branch depends on the load, so what is filled
+        in is, for this row, the value at every load. None where a name is unknown."""
+        if self.plan is None:
+            return None
+        fixed = np.zeros(len(self.names), dtype=np.float32)
+        rest = []
+        for j, (key, feat) in enumerate(self.plan):
+            try:
+                fixed[j] = float(feat.fn(base))  # type: ignore[arg-type]  # float → float32 as row_vector's row
+            except KeyError:
+                rest.append((j, key, feat))
+        return fixed, tuple(rest)
+
+    def at_load(self, fixed: np.ndarray, rest: tuple[tuple[int, str, Any], ...], c: dict[str, float]) -> float:
+        """:meth:`__call__` of ``c`` (the row at a load) given :meth:`split` of its load-free part: only
+        the load's features computed (memoised in ``c`` as row_vector does); the same input row."""
+        x = self.x[0]
+        np.copyto(x, fixed)
+        for j, key, feat in rest:
+            v = c.get(key)
+            if v is None:
+                v = c[key] = float(feat.fn(c))
+            x[j] = v
+        self.run()
+        return float(inverse(self.transform, float(self.y[0, 0]), c))  # type: ignore[arg-type]
+
+
+class _AtLoad:
+    """One row's models at any load of its server solve (as :func:`evaluate_one` of
+    :func:`raw_columns.row_with_concurrency`, the same floats): the row's load-free columns and each
+    model's load-free features are built once; each step derives only the load columns and the
+    features that read them. Raw model outputs are kept per concurrency level, so the solve's last
+    step is not run again for the answer."""
+
+    def __init__(self, bundle: ModelBundle, row: Row, c: dict[str, float], closed_loop: bool, memo: RowMemo) -> None:
+        self.runners = _runners(bundle)
+        self.kind = assemble.reads_kind(bundle)
+        # the load-free part depends on the specs and every workload field but the concurrency (the
+        # capacity key of a learned server: all of them), so it is kept per such set-up as the capacity is
+        key = ("load-free", closed_loop, capacity._key(row, True))
+        got = memo.capacity_get(key, row)
+        if got is None:
+            base = load_free(c, closed_loop)
+            probe = assemble.steady(base) if self.kind else base
+            got = (base, {t: r.split(probe) for t, r in self.runners.items()})
+            memo.capacity_put(key, row, got)
+        self.base, self.fixed = got
+        self.calibration = calibration_of(bundle) if bundle.schema.calibration is not None else None
+        self.seen: dict[float, tuple[dict[str, float], dict[str, float], dict[str, float]]] = {}
+
+    def __call__(self, level: float, targets: tuple[str, ...] | None) -> tuple[dict[str, float], dict[str, float]]:
+        """(columns at concurrency ``level``, model outputs of ``targets`` in physical units)."""
+        hit = self.seen.get(level)
+        if hit is None:
+            cols = at_load(self.base, level)
+            hit = self.seen[level] = (cols, assemble.steady(cols) if self.kind else cols, {})
+        return hit[0], self._outputs(*hit, targets)
+
+    def row(self, cols: dict[str, float], targets: tuple[str, ...] | None = None) -> dict[str, float]:
+        """:func:`evaluate_one` of ``cols``: the row these load-free parts were built from (offline and
+        closed-loop rows at their own load, ``closed_loop`` False)."""
+        return self._outputs(cols, assemble.steady(cols) if self.kind else cols, {}, targets)
+
+    def _outputs(self, cols: dict[str, float], x: dict[str, float], raw: dict[str, float],
+                 targets: tuple[str, ...] | None) -> dict[str, float]:
+        for t, run in self.runners.items():
+            if (targets is None or t in targets) and t not in raw:
+                split = self.fixed[t]
+                if split is None:
+                    raw[t] = run(x)
+                else:
+                    raw[t] = run.at_load(split[0], split[1], x)
+        out = {t: v for t, v in raw.items() if targets is None or t in targets}
+        if self.calibration is not None:  # the same correction as evaluate_one
+            out = self.calibration.apply(out, cols)
+        return out
 
 
 _LOCAL = threading.local()
@@ -117,16 +201,15 @@ def numbers_one(bundle: ModelBundle, row: Row, memo: RowMemo | None = None
             cap = _capacity(bundle, row, c, learned)
             memo.capacity_put(key, row, cap)
         if wl.kind == "server":
-            return _server_numbers(bundle, row, c, learned, cap)
-        out = evaluate_one(bundle, c)
+            return _server_numbers(bundle, row, c, learned, cap, memo)
+        out = _AtLoad(bundle, row, c, False, memo).row(c)
         power, batch = out["power"], c["eff_batch"]
         itl, point = capacity.sub_batch_one(out["itl"], batch, cap.grid_batch, cap.grid_itl)
         if point >= 0 and point == cap.peak_k:  # decoding as sub-batches of a grid batch: the power there
             power = cap.peak_power  # (as results.core)
         elif point >= 0:
             _, level = capacity.load_point(cap.grid_conc[point], cap.limit, learned)
-            at = row_with_concurrency(c, level, closed_loop=not learned)
-            power = evaluate_one(bundle, at, _POWER_ONLY)[POWER]
+            power = _AtLoad(bundle, row, c, not learned, memo)(level, _POWER_ONLY)[1][POWER]
         req_s = capacity.request_s(c, itl)  # type: ignore[arg-type]  # floats: the same operations
         rate = served_token_rate(c, batch, req_s, cap.max_qps)  # type: ignore[arg-type]
         numbers = finish(power, itl, batch, 1.0, rate, c["gpu_tdp_w"], c["wl_output_tokens"], False, c["wl_tp"])
@@ -162,15 +245,17 @@ def _row_columns(row: Row, memo: RowMemo) -> dict[str, float]:
 
 
 def _server_numbers(bundle: ModelBundle, row: Row, c: dict[str, float], learned: bool,
-                    cap: Capacity) -> tuple[dict[str, float], dict[str, Any], dict[str, Any]] | None:
+                    cap: Capacity, memo: RowMemo) -> tuple[dict[str, float], dict[str, Any], dict[str, Any]] | None:
     """A Poisson-server row on floats (as server_mix and core)."""
     g, _, wl = row
     qps = float(wl.qps)  # type: ignore[arg-type]  # a server workload always has one
 
+    models = _AtLoad(bundle, row, c, not learned, memo)
+
     def at(conc: float, targets: tuple[str, ...] | None) -> tuple[dict[str, float], dict[str, float], float]:
         batch, level = capacity.load_point(conc, cap.limit, learned)
-        cols = row_with_concurrency(c, level, closed_loop=not learned)
-        return cols, evaluate_one(bundle, cols, targets), cols["eff_batch"] if learned else batch
+        cols, out = models(level, targets)
+        return cols, out, cols["eff_batch"] if learned else batch
 
     def request_time(conc: float) -> float:
         cols, res, _ = at(conc, _ITL_ONLY)

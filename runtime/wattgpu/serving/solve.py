@@ -30,6 +30,7 @@ giving the same bits (IEEE arithmetic on float64 either way).
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import numpy as np
@@ -50,16 +51,12 @@ def solve_concurrency(qps: Any, request_time_s: Callable[..., Any], grid_conc: A
     capacity: the capacity's own operating point). ``solved`` is False for rows ``max_steps`` did not
     finish (their L is the bracket's upper end) and rows whose climb found no root while no grid point
     is on or above the line (T not finite there, or λ beyond capacity; their L is the last grid point)."""
-    one = isinstance(qps, float)
+    if isinstance(qps, float):
+        return _solve_one_row(qps, request_time_s, grid_conc, grid_req, rtol, max_steps)
     q = np.atleast_1d(np.asarray(qps, dtype=np.float64))
     gc = np.atleast_2d(np.asarray(grid_conc, dtype=np.float64))
     a, fa, b, fb, lo, out, done, solved = _bracket(q, gc, np.atleast_2d(np.asarray(grid_req, dtype=np.float64)),
                                                    rtol)
-    if one:
-        if done[0]:
-            return float(out[0]), bool(solved[0])
-        return _solve_one(float(q[0]), request_time_s, float(lo[0]), float(a[0]), float(fa[0]), float(b[0]),
-                          float(fb[0]), float(gc[0, -1]), rtol, max_steps)
     return _solve_rows(q, request_time_s, lo, a, fa, b, fb, out, done, solved, gc[:, -1], rtol, max_steps)
 
 
@@ -83,6 +80,29 @@ def _bracket(q: np.ndarray, gc: np.ndarray, gr: np.ndarray, rtol: float) -> tupl
     with np.errstate(invalid="ignore"):
         lo = q * np.fmin.reduce(gr, axis=1)  # T ≥ its grid minimum, so no root lies below λ·min T
     return a, fa, b, fb, lo, out, done, zero.copy()
+
+
+def _solve_one_row(qps: float, request_time_s: Callable[[float], float], grid_conc: Any, grid_req: Any,
+                   rtol: float, max_steps: int) -> tuple[float, bool]:
+    """:func:`solve_concurrency` of one row: :func:`_bracket` on floats (the same operations, so the
+    same bits; numpy on a one-row array costs more than the row's whole solve), then :func:`_solve_one`."""
+    if not qps > 0.0:
+        return 0.0, True
+    gc = grid_conc.tolist() if isinstance(grid_conc, np.ndarray) else [float(v) for v in grid_conc]
+    gr = grid_req.tolist() if isinstance(grid_req, np.ndarray) else [float(v) for v in grid_req]
+    a, fa, b, fb = 0.0, -qps * gr[0], np.inf, math.nan
+    prev_c, prev_g = math.nan, math.nan
+    for j, (c, r) in enumerate(zip(gc, gr)):
+        g = c - qps * r
+        if g >= -rtol * c:  # the first grid point on or above the line (NaN: not)
+            b, fb = c, g
+            if j > 0:
+                a, fa = prev_c, prev_g
+            break
+        prev_c, prev_g = c, g
+    finite = [r for r in gr if r == r]
+    lo = qps * min(finite) if finite else math.nan  # np.fmin.reduce: the least non-NaN value
+    return _solve_one(qps, request_time_s, lo, a, fa, b, fb, gc[-1], rtol, max_steps)
 
 
 def _solve_one(qps: float, request_time_s: Callable[[float], float], x: float, a: float, fa: float, b: float,

@@ -89,7 +89,8 @@ def capacity_table(evaluate: Callable[[F.Columns], dict[str, np.ndarray]], tripl
     ``itl_s``, busy ``power_w`` and ``request_s`` there, the batch ``limit`` and ``max_concurrency``; the grid
     point of the highest decode throughput ``peak_k`` (-1: none) and the busy power there ``peak_power``;
     the grid itself (rows × points): ``grid_batch``, ``grid_itl``, its concurrencies ``grid_conc`` and
-    request times ``grid_req`` (the server solve's bracket, :mod:`wattgpu.serving.solve`).
+    request times ``grid_req`` (the server solve's bracket, :mod:`wattgpu.serving.solve`), of which the first
+    ``grid_points`` are distinct (the rest repeat the limit's column).
 
     With ``max_itl_s`` (per row, NaN = no SLA) only batches whose ITL × ``itl_scale`` meets it count;
     a row whose ITL misses the SLA even at batch 1 gets ``max_qps`` 0.
@@ -134,7 +135,7 @@ def capacity_table(evaluate: Callable[[F.Columns], dict[str, np.ndarray]], tripl
             "itl_s": itl[pick], "power_w": power[back[:len(triples)]], "request_s": req[pick],
             "peak_k": np.where(peak >= 0, peak, -1)[slot], "peak_power": power[back[len(triples):]][slot],
             "limit": limit[slot], "grid_batch": batch[slot], "grid_itl": itl[slot], "grid_conc": grid[slot],
-            "grid_req": req[slot],
+            "grid_req": req[slot], "grid_points": evaluated.sum(axis=1)[slot],
             "max_concurrency": np.maximum(cols["fit_sequences"], 0.0)}
 
 

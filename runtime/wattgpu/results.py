@@ -119,10 +119,23 @@ class Capacity(NamedTuple):
 
     @classmethod
     def of(cls, table: Mapping[str, np.ndarray], j: int) -> "Capacity":
-        return cls(float(table["max_qps"][j]), tuple(table["grid_batch"][j].tolist()),
-                   tuple(table["grid_itl"][j].tolist()), float(table["concurrency"][j]), float(table["limit"][j]),
-                   tuple(table["grid_conc"][j].tolist()), tuple(table["grid_req"][j].tolist()),
+        """Row ``j`` of a capacity table, its grids cut to their distinct points (the padding repeats the last one:
+        :func:`_padded` puts it back). Kept for as long as the row memo holds it, so it stays small."""
+        n = int(table["grid_points"][j])
+        return cls(float(table["max_qps"][j]), tuple(table["grid_batch"][j, :n].tolist()),
+                   tuple(table["grid_itl"][j, :n].tolist()), float(table["concurrency"][j]), float(table["limit"][j]),
+                   tuple(table["grid_conc"][j, :n].tolist()), tuple(table["grid_req"][j, :n].tolist()),
                    int(table["peak_k"][j]), float(table["peak_power"][j]))
+
+
+def _padded(grids: Sequence[tuple[float, ...]]) -> np.ndarray:
+    """Grids of distinct points as one (rows × capacity.GRID_POINTS) array, each padded with its last point (the
+    limit), as :func:`wattgpu.capacity.capacity_table` lays them out."""
+    out = np.empty((len(grids), capacity.GRID_POINTS), dtype=np.float64)
+    for i, g in enumerate(grids):
+        out[i, :len(g)] = g
+        out[i, len(g):] = g[-1]
+    return out
 
 
 def capacities(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.Columns,
@@ -149,12 +162,12 @@ def capacities(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], col
             got[s] = Capacity.of(table, j)
             memo.capacity_put(keys[s], rows[idx[j]], got[s])
     return {"max_qps": np.array([c.max_qps for c in got])[where],
-            "grid_batch": np.array([c.grid_batch for c in got], dtype=np.float64).reshape(len(got), -1)[where],
-            "grid_itl": np.array([c.grid_itl for c in got], dtype=np.float64).reshape(len(got), -1)[where],
+            "grid_batch": _padded([c.grid_batch for c in got])[where],
+            "grid_itl": _padded([c.grid_itl for c in got])[where],
             "concurrency": np.array([c.concurrency for c in got])[where],
             "limit": np.array([c.limit for c in got])[where],
-            "grid_conc": np.array([c.grid_conc for c in got], dtype=np.float64).reshape(len(got), -1)[where],
-            "grid_req": np.array([c.grid_req for c in got], dtype=np.float64).reshape(len(got), -1)[where],
+            "grid_conc": _padded([c.grid_conc for c in got])[where],
+            "grid_req": _padded([c.grid_req for c in got])[where],
             "peak_k": np.array([c.peak_k for c in got], dtype=np.intp)[where],
             "peak_power": np.array([c.peak_power for c in got], dtype=np.float64)[where],
             "max_concurrency": np.maximum(cols["fit_sequences"], 0.0)}

@@ -102,15 +102,14 @@ def capacity_table(evaluate: Callable[[F.Columns], dict[str, np.ndarray]], tripl
     slot = np.searchsorted(uniq, where)
     n = len(uniq)
     limit = batch_limit(cols)[uniq]
-    grid, evaluated = batch_grid(limit)
+    grid, distinct = batch_grid(limit)
     # The grid needs the ITL model only (W(b)); power is evaluated below at the chosen point of each row. Only the
     # distinct points are evaluated (the padding repeats the limit).
-    er, ec = np.nonzero(evaluated)
+    er, ec = np.nonzero(np.arange(GRID_POINTS)[None, :] < distinct[:, None])
     got = request_time(evaluate, cols, uniq[er], grid[er, ec], limit[er], learned, targets=("itl",))
-    src = (np.arange(n)[:, None], np.minimum(np.arange(GRID_POINTS)[None, :], evaluated.sum(axis=1)[:, None] - 1))
-    req = _spread(got["request_s"], evaluated, src)
-    itl = _spread(got["res"]["itl"], evaluated, src)
-    batch = _spread(np.asarray(got["batch"], dtype=np.float64), evaluated, src)
+    req = spread(got["request_s"], distinct)
+    itl = spread(got["res"]["itl"], distinct)
+    batch = spread(np.asarray(got["batch"], dtype=np.float64), distinct)
     with np.errstate(divide="ignore", invalid="ignore"):
         lam = np.where(np.isfinite(req) & (req > 0), grid / req, 0.0)
     lam = lam[slot]  # back to one row per triple (the SLA may differ per row)
@@ -135,27 +134,29 @@ def capacity_table(evaluate: Callable[[F.Columns], dict[str, np.ndarray]], tripl
             "itl_s": itl[pick], "power_w": power[back[:len(triples)]], "request_s": req[pick],
             "peak_k": np.where(peak >= 0, peak, -1)[slot], "peak_power": power[back[len(triples):]][slot],
             "limit": limit[slot], "grid_batch": batch[slot], "grid_itl": itl[slot], "grid_conc": grid[slot],
-            "grid_req": req[slot], "grid_points": evaluated.sum(axis=1)[slot],
+            "grid_req": req[slot], "grid_points": distinct[slot],
             "max_concurrency": np.maximum(cols["fit_sequences"], 0.0)}
 
 
+_GRID_AND_END = np.append(BATCH_GRID, np.inf)
+
+
 def batch_grid(limit: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(grid, evaluated), rows × :data:`GRID_POINTS`: each row's :data:`BATCH_GRID` batches below its ``limit``
+    """(grid, points): rows × :data:`GRID_POINTS`, each row's :data:`BATCH_GRID` batches below its ``limit``
     (ascending; the first is batch 1, which the "misses the SLA at any load" check reads), then the limit, then
-    the limit again as padding (so every row has the same width and the last point is the limit); ``evaluated``
-    marks the distinct points (all but the padding)."""
-    below = np.append(BATCH_GRID, np.inf)[None, :] < limit[:, None]  # a prefix of each row
-    grid = np.where(below, np.append(BATCH_GRID, np.inf)[None, :], limit[:, None])
-    evaluated = np.arange(GRID_POINTS)[None, :] <= below.sum(axis=1)[:, None]
-    return grid, evaluated
+    the limit again as padding (so every row has the same width and the last point is the limit); ``points``: how
+    many of a row's are distinct (all but the padding)."""
+    below = _GRID_AND_END[None, :] < limit[:, None]  # a prefix of each row
+    return np.where(below, _GRID_AND_END[None, :], limit[:, None]), below.sum(axis=1) + 1
 
 
-def _spread(values: np.ndarray, evaluated: np.ndarray, src: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-    """Values of the evaluated grid points (in row-major order) placed on the full grid, padding copied from
-    the limit's column."""
-    full = np.empty(evaluated.shape, dtype=np.float64)
-    full[evaluated] = values
-    return full[src]
+def spread(values: np.ndarray, points: np.ndarray) -> np.ndarray:
+    """Each row's first ``points`` grid values (``values``: all rows' in row-major order, flat) on the full
+    rows × :data:`GRID_POINTS` grid, the padding repeating each row's last value (the limit's)."""
+    col = np.arange(GRID_POINTS)[None, :]
+    full = np.empty((len(points), GRID_POINTS), dtype=np.float64)
+    full[col < points[:, None]] = values
+    return full[np.arange(len(points))[:, None], np.minimum(col, points[:, None] - 1)]
 
 
 def sub_batch_itl(itl: np.ndarray, batch: np.ndarray, grid_batch: np.ndarray, grid_itl: np.ndarray) -> np.ndarray:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import weakref
+from itertools import chain
 from dataclasses import fields
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
@@ -129,13 +130,10 @@ class Capacity(NamedTuple):
 
 
 def _padded(grids: Sequence[tuple[float, ...]]) -> np.ndarray:
-    """Grids of distinct points as one (rows × capacity.GRID_POINTS) array, each padded with its last point (the
-    limit), as :func:`wattgpu.capacity.capacity_table` lays them out."""
-    out = np.empty((len(grids), capacity.GRID_POINTS), dtype=np.float64)
-    for i, g in enumerate(grids):
-        out[i, :len(g)] = g
-        out[i, len(g):] = g[-1]
-    return out
+    """Grids of distinct points as one rows × capacity.GRID_POINTS array laid out as
+    :func:`wattgpu.capacity.capacity_table` lays them out (:func:`wattgpu.capacity.spread`)."""
+    points = np.fromiter(map(len, grids), dtype=np.intp, count=len(grids))
+    return capacity.spread(np.fromiter(chain.from_iterable(grids), dtype=np.float64, count=int(points.sum())), points)
 
 
 def capacities(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.Columns,

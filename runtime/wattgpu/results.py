@@ -13,6 +13,7 @@ from . import capacity
 from . import features as F
 from . import latency, ops, physics, record, ttft_fit
 from .assemble import Evaluate, Row
+from .assemble import reads as assemble_reads
 from .assemble import take as assemble_take
 from .bundle import ModelBundle
 from .calibration import apply_ttft
@@ -62,10 +63,11 @@ def core(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.C
     mix: Mix = {}
     if server_rows:
         every = len(server_rows) == len(rows)  # a server rank: every row (no copy of ~200 columns)
-        mixed = server_mix(evaluate, rows if every else [rows[k] for k in server_rows],
-                           cols if every else {k: v[server_rows] for k, v in cols.items()}, learned=server_learned,
+        scols = cols if every else {k: v[server_rows] for k, v in cols.items()}
+        mixed = server_mix(evaluate, rows if every else [rows[k] for k in server_rows], scols, learned=server_learned,
                            cap=cap["limit"] if every else cap["limit"][server_rows],
-                           capacity=cap if every else {k: v[server_rows] for k, v in cap.items()})
+                           capacity=cap if every else {k: v[server_rows] for k, v in cap.items()},
+                           classes=cap_classes(bundle, scols))
         mix = {int(k): mixed[j] for j, k in enumerate(server_rows)}
         for k, m in mix.items():
             power[k], itl[k], busy[k], batch[k] = m["power"], m["itl"], m["busy"], m["batch"]
@@ -90,6 +92,14 @@ def core(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.C
                                        ttft_fit.of(bundle), np.array([w.burst for _, _, w in rows])))
     apply_ttft(bundle, cols, numbers)  # a calibrated bundle's TTFT scale (wattgpu.calibration)
     return numbers, mix
+
+
+def cap_classes(bundle: ModelBundle, cols: F.Columns) -> np.ndarray | None:
+    """:func:`wattgpu.features.cap_classes` of ``cols`` when several rows may share a class and no model of
+    ``bundle`` reads the batch cap (else None: every row is evaluated on its own)."""
+    if len(next(iter(cols.values()))) < 2 or assemble_reads(bundle, "wl_max_batch"):
+        return None
+    return F.cap_classes(cols)
 
 
 def prefill_budgets(rows: Sequence[Row]) -> np.ndarray:

@@ -43,12 +43,12 @@ def core(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.C
     ``evaluate`` maps feature columns to physical model outputs (the facade passes its own so the
     whole pipeline goes through one call site)."""
     server_learned = "server" in bundle.schema.domain.get("kinds", ())
-    out = evaluate(cols)
+    server = cols["wl_kind_code"] == SERVER_CODE
+    server_rows = [int(k) for k in np.flatnonzero(server)]
+    out = _evaluate_others(evaluate, cols, server)
     power = out[POWER].copy()
     batch = cols["eff_batch"].copy()
     busy = np.ones(len(rows))
-    server = cols["wl_kind_code"] == SERVER_CODE
-    server_rows = [int(k) for k in np.flatnonzero(server)]
     cap = capacities(bundle, evaluate, rows, cols, server_learned)
     itl, point = capacity.sub_batch(out[ITL], batch, cap["grid_batch"], cap["grid_itl"])
     sub = (point >= 0) & ~server  # decoding as sub-batches of a grid batch: its power
@@ -92,6 +92,20 @@ def core(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.C
                                        ttft_fit.of(bundle), np.array([w.burst for _, _, w in rows])))
     apply_ttft(bundle, cols, numbers)  # a calibrated bundle's TTFT scale (wattgpu.calibration)
     return numbers, mix
+
+
+def _evaluate_others(evaluate: Evaluate, cols: F.Columns, server: np.ndarray) -> dict[str, np.ndarray]:
+    """Power and ITL of the rows that are not Poisson servers at their own columns (NaN for server rows: their
+    numbers all come from the solved mix, :func:`wattgpu.server.server_mix`, so these are never read)."""
+    others = np.flatnonzero(~server)
+    if len(others) == len(server):
+        return evaluate(cols)
+    out = {t: np.full(len(server), np.nan) for t in (POWER, ITL)}
+    if len(others):
+        got = evaluate(assemble_take(cols, others, len(server)))
+        for t, v in out.items():
+            v[others] = got[t]
+    return out
 
 
 def cap_classes(bundle: ModelBundle, cols: F.Columns) -> np.ndarray | None:

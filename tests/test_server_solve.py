@@ -231,3 +231,31 @@ def test_request_time_with_classes_equals_each_row_alone(pred: Predictor) -> Non
                 assert _bits(got[k]) == _bits(want[k]), (k, learned)
             for t in want["res"]:
                 assert _bits(got["res"][t]) == _bits(want["res"][t]), (t, learned)
+
+
+def test_memoised_server_states_equal_fresh_solves(pred: Predictor) -> None:
+    """The row memo's solved server states: an evaluation that takes half its rows' states from the memo gives
+    every number bit for bit as each row alone with the memo cleared, and a caller changing the states it got
+    leaves the memo's intact."""
+    from wattgpu.results import memo_for
+
+    rows = _cap_rows(pred)
+    memo = memo_for(pred.bundle)
+    memo.clear()
+    cold = pred.evaluate_rows(rows)
+    assert len(memo.mixes) > 0
+    for m in cold.mix.values():
+        m["power"] = -1.0  # a caller's change must not reach the memo
+    for key in list(memo.mixes)[::2]:
+        del memo.mixes[key]  # half the rows solved again, half from the memo
+    warm = pred.evaluate_rows(rows)
+    for i, row in enumerate(rows):
+        memo.clear()
+        alone = pred.evaluate_rows([row])
+        assert (i in warm.slot) == (0 in alone.slot)
+        if i not in warm.slot:
+            continue
+        k = warm.slot[i]
+        for f, v in alone.numbers.items():
+            assert np.asarray(v[0]).tobytes() == np.asarray(warm.numbers[f][k]).tobytes(), (f, row)
+        assert {f: _bits(v) for f, v in warm.mix[k].items()} == {f: _bits(v) for f, v in alone.mix[0].items()}

@@ -8,6 +8,8 @@ import numpy as np
 from wattgpu import Predictor, Workload
 from wattgpu.predictor import TABLE_FIELDS
 
+from .helpers import assert_rows_equal_alone
+
 
 def test_table_equals_prediction_fields_and_reports_bad_rows() -> None:
     pred = Predictor()
@@ -92,13 +94,5 @@ def test_mixed_kinds_equal_each_kind_alone() -> None:
            Workload(kind="server", qps=50.0, max_batch=16), Workload(max_batch=4)]
     rows = [(g, m, w) for g in cat.gpus[::4] for m in llms for w in wls]
     together = pred.evaluate_rows(rows)
-    assert len(together.slot) > 20
-    for i, row in enumerate(rows):
-        alone = pred.evaluate_rows([row])
-        assert (i in together.slot) == (0 in alone.slot)
-        if i not in together.slot:
-            continue
-        k = together.slot[i]
-        for f, v in alone.numbers.items():
-            assert np.asarray(v[0]).tobytes() == np.asarray(together.numbers[f][k]).tobytes(), (f, row)
-    assert set(results.TABLE_FIELDS) <= set(together.numbers)
+    assert len(together.slot) > 20 and set(results.TABLE_FIELDS) <= set(together.numbers)
+    assert_rows_equal_alone(pred, rows, together)

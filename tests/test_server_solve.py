@@ -14,6 +14,8 @@ from wattgpu import features as F
 from wattgpu.results import capacities
 from wattgpu.serving.solve import RTOL, solve_concurrency
 
+from .helpers import assert_rows_equal_alone
+
 GRID = np.array([1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0])  # concurrencies, as a capacity grid
 
 
@@ -248,14 +250,4 @@ def test_memoised_server_states_equal_fresh_solves(pred: Predictor) -> None:
         m["power"] = -1.0  # a caller's change must not reach the memo
     for key in list(memo.mixes)[::2]:
         del memo.mixes[key]  # half the rows solved again, half from the memo
-    warm = pred.evaluate_rows(rows)
-    for i, row in enumerate(rows):
-        memo.clear()
-        alone = pred.evaluate_rows([row])
-        assert (i in warm.slot) == (0 in alone.slot)
-        if i not in warm.slot:
-            continue
-        k = warm.slot[i]
-        for f, v in alone.numbers.items():
-            assert np.asarray(v[0]).tobytes() == np.asarray(warm.numbers[f][k]).tobytes(), (f, row)
-        assert {f: _bits(v) for f, v in warm.mix[k].items()} == {f: _bits(v) for f, v in alone.mix[0].items()}
+    assert_rows_equal_alone(pred, rows, pred.evaluate_rows(rows), clear_memo=True)

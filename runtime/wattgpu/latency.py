@@ -183,6 +183,11 @@ WAITS_KEPT = 1024
 _kept_wait = lru_cache(maxsize=WAITS_KEPT, typed=True)(_wait)  # a pure function of its floats
 
 
+def forget_waits() -> None:
+    """Empty the kept slot waits (:meth:`wattgpu.results.RowMemo.clear` does, with the row memos)."""
+    _kept_wait.cache_clear()
+
+
 def e2e_latency(ttft_s: Any, itl_s: Any, output_tokens: Any) -> Any:
     """End-to-end latency of one request: TTFT + (output tokens − 1) × ITL."""
     return ttft_s + (output_tokens - 1.0) * itl_s

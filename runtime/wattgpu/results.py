@@ -393,11 +393,13 @@ class RowMemo:
         self.mixes: dict[tuple[bool, tuple[Any, ...]], tuple[Any, Any, dict[str, Any]]] = {}
 
     def clear(self) -> None:
-        """Forget everything (the objects it holds can then be freed)."""
+        """Forget everything (the objects it holds can then be freed), and the kept slot waits
+        (:func:`wattgpu.latency.server_wait`), so nothing derived from earlier rows remains."""
         self.specs.clear()
         self.warnings.clear()
         self.capacities.clear()
         self.mixes.clear()
+        latency.forget_waits()
 
     def spec(self, obj: Any, make: Callable[[Any], Any]) -> Any:
         """``make(obj)``, computed once per object."""

@@ -95,8 +95,9 @@ def server_mixes(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], c
     memo = memo_for(bundle)
     mix: Mix = {}
     todo: list[int] = []
+    keys = dict(zip(server_rows, capacity.row_keys([rows[k] for k in server_rows], True)))
     for k in server_rows:
-        hit = memo.mix_get(rows[k], learned)
+        hit = memo.mix_get((learned, keys[k]), rows[k])
         if hit is None:
             todo.append(k)
         else:
@@ -109,7 +110,7 @@ def server_mixes(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], c
                             capacity=cap if every else {c: v[todo] for c, v in cap.items()},
                             classes=cap_classes(bundle, sub))
         for j, k in enumerate(todo):
-            memo.mix_put(rows[k], learned, solved[j])
+            memo.mix_put((learned, keys[k]), rows[k], solved[j])
             mix[k] = solved[j]
     return mix
 
@@ -187,8 +188,8 @@ def capacities(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], col
     slot_of: dict[tuple[Any, ...], int] = {}
     firsts: list[int] = []
     where = np.empty(len(rows), dtype=np.intp)
-    for i, row in enumerate(rows):
-        key = (learned, capacity._key(row, learned))
+    for i, setup in enumerate(capacity.row_keys(rows, learned)):
+        key = (learned, setup)
         s = slot_of.get(key)
         if s is None:
             s = slot_of[key] = len(firsts)
@@ -436,15 +437,15 @@ class RowMemo:
             self.capacities.clear()
         self.capacities[key] = (row[0], row[1], value)
 
-    def mix_get(self, row: Row, learned: bool) -> dict[str, Any] | None:
-        """The memoised server state of ``row`` (:func:`server_mixes`), or None."""
-        hit = self.mixes.get((learned, capacity._key(row, True)))
+    def mix_get(self, key: tuple[Any, ...], row: Row) -> dict[str, Any] | None:
+        """The memoised server state of ``row`` under ``key`` (:func:`server_mixes`), or None."""
+        hit = self.mixes.get(key)
         return hit[2] if hit is not None and hit[0] is row[0] and hit[1] is row[1] else None
 
-    def mix_put(self, row: Row, learned: bool, value: Mapping[str, Any]) -> None:
+    def mix_put(self, key: tuple[Any, ...], row: Row, value: Mapping[str, Any]) -> None:
         if len(self.mixes) > self.MIX_LIMIT:
             self.mixes.clear()
-        self.mixes[(learned, capacity._key(row, True))] = (row[0], row[1], dict(value))
+        self.mixes[key] = (row[0], row[1], dict(value))
 
 
 def _workload_dict(wl: Any) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields, replace
-from functools import lru_cache, partial
+from functools import lru_cache
 from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 from . import capacity, checks, fleet, parallel, questions, record
@@ -36,6 +36,7 @@ from .launch import ContextPlan, context_plans, model_reference, vllm_args
 from .quant import with_dtype
 from .prediction import Prediction
 from .predictor import Predictor, default_predictor
+from .results import memo_for
 from .workload import Workload
 
 SORT_KEYS = ("energy", "power", "itl", "cost")
@@ -222,11 +223,11 @@ def batch_caps(limit: float) -> list[int]:
 
 
 class _Option(NamedTuple):
-    """A batch cap in the SLA search."""
+    """A batch cap in the SLA search: row ``at`` of the rows tried (``at``), and the numbers the search reads."""
 
-    get: Callable[[], Any]  # the Prediction (or the WattGPUError the row raises)
+    at: int
     row: tuple[Any, Any, Workload]
-    ok: bool
+    ok: bool  # False: the row raises a WattGPUError
     overloaded: bool
     j_per_token: float
     itl_s: float
@@ -235,27 +236,28 @@ class _Option(NamedTuple):
     max_qps: float
 
 
-def _option_of(p: Any, row: tuple[Any, Any, Workload], strict: bool) -> _Option:
+def _numbers_of(p: Any, strict: bool) -> tuple[Any, ...]:
+    """:class:`_Option`'s numbers (``ok`` onwards) of a Prediction or a WattGPUError."""
     if isinstance(p, WattGPUError):
-        return _Option(lambda: p, row, False, False, math.nan, math.nan, math.nan, None, math.nan)
-    return _Option(lambda: p, row, True, p.overloaded, p.energy_per_token_j, p.itl_s, sla_itl(p, strict)[0], p.ttft_s,
-                   float(p.max_qps or 0.0))
+        return (False, False, math.nan, math.nan, math.nan, None, math.nan)
+    return (True, p.overloaded, p.energy_per_token_j, p.itl_s, sla_itl(p, strict)[0], p.ttft_s,
+            float(p.max_qps or 0.0))
 
 
-def _options_of(ev: Any, variants: Sequence[tuple[Any, Any, Workload]], strict: bool) -> list[_Option]:
-    """Options read from the arrays (``strict`` needs each Prediction's interval)."""
+def _numbers(ev: Any, strict: bool) -> list[tuple[Any, ...]]:
+    """:class:`_Option`'s numbers of every row of ``ev``, read from the arrays (``strict`` needs each
+    Prediction's interval)."""
     out = []
     # plain lists, read once (no numpy scalar per row and field)
     ttft, itl, over, j, qps, bad = ([] if not ev.slot else ev.numbers[k].tolist() for k in (
         "ttft_s", "itl_s", "overloaded", "energy_per_token_j", "max_qps", "not_finite"))
-    for i, row in enumerate(variants):
+    for i in range(len(ev.triples)):
         k = ev.slot.get(i)
         if strict or ev.errors[i] is not None or k is None or bad[k]:
-            out.append(_option_of(ev.prediction(i), row, strict))
+            out.append(_numbers_of(ev.prediction(i), strict))
             continue
         t = ttft[k]
-        out.append(_Option(partial(ev.prediction, i), row, True, bool(over[k]), j[k], itl[k], itl[k],
-                           t if math.isfinite(t) else None, qps[k]))
+        out.append((True, bool(over[k]), j[k], itl[k], itl[k], t if math.isfinite(t) else None, qps[k]))
     return out
 
 
@@ -263,7 +265,9 @@ def search_caps(pred: Any, rows: Sequence[tuple[Any, Any, Workload]], strict: bo
                 max_ttft_ms: float | None) -> list[tuple[Any, tuple[Any, Any, Workload], str | None, str | None]]:
     """Per row: the batch cap meeting the ITL and TTFT SLAs at the lowest energy per token (the largest cap
     within ``ENERGY_TIE`` of it). The rows at the caps asked for and at every cap tried are evaluated together,
-    in one pass (a row's numbers do not depend on the rows beside it).
+    in one pass (a row's numbers do not depend on the rows beside it); the numbers the search reads of each are
+    kept in the row memo (:class:`wattgpu.results.RowMemo`, per row and ``strict``), so a search whose rows were
+    all tried before evaluates only the chosen rows.
 
     Returns (prediction or error, the row at the chosen cap, exclusion kind or
     None, reason or None); a row that cannot be predicted at the cap asked for gets its error. A row is excluded
@@ -285,10 +289,19 @@ def search_caps(pred: Any, rows: Sequence[tuple[Any, Any, Workload]], strict: bo
                     wb = capped[(id(w), b)] = replace(w, max_batch=b)
                 owner.append(i)
                 variants.append((g, m, wb))
-    ev = pred.evaluate_rows(variants)
-    tried = _options_of(ev, variants, strict)
-    out: list[tuple[Any, tuple[Any, Any, Workload], str | None, str | None]] = [
-        (None if o.ok else o.get(), row, None, None) for o, row in zip(tried, rows)]  # ok rows: set below
+    memo = memo_for(pred.bundle)
+    keys = [(strict, k) for k in capacity.row_keys(variants, True)]
+    numbers = [memo.option_get(k, v) for k, v in zip(keys, variants)]
+    evaluated: dict[int, tuple[Any, int]] = {}  # variant -> (its Evaluated, its index there)
+    todo = [i for i, n in enumerate(numbers) if n is None]
+    if todo:
+        ev = pred.evaluate_rows([variants[i] for i in todo])
+        for j, (i, n) in enumerate(zip(todo, _numbers(ev, strict))):
+            numbers[i] = n
+            evaluated[i] = (ev, j)
+            memo.option_put(keys[i], variants[i], n)
+    tried = [_Option(i, v, *n) for i, (v, n) in enumerate(zip(variants, numbers))]  # type: ignore[misc]
+    choice: list[tuple[int, str | None, str | None]] = [(i, None, None) for i in range(len(rows))]
     by_row: dict[int, list[_Option]] = {i: [] for i in range(len(rows)) if tried[i].ok}
     for i, o in zip(owner, tried):
         if i in by_row:
@@ -297,7 +310,7 @@ def search_caps(pred: Any, rows: Sequence[tuple[Any, Any, Workload]], strict: bo
         options.sort(key=lambda o: o.row[2].max_batch)
         good = [o for o in options if o.ok]
         if not good:
-            out[i] = (options[0].get(), options[0].row, None, None)
+            choice[i] = (options[0].at, None, None)
             continue
 
         def miss(o: _Option, ttft_sla: float | None = max_ttft_ms) -> str | None:
@@ -307,21 +320,26 @@ def search_caps(pred: Any, rows: Sequence[tuple[Any, Any, Workload]], strict: bo
         if feasible:
             low = min(o.j_per_token for o in feasible) * (1.0 + ENERGY_TIE)
             o = max((o for o in feasible if o.j_per_token <= low), key=lambda o: o.row[2].max_batch)
-            out[i] = (o.get(), o.row, None, None)
+            choice[i] = (o.at, None, None)
             continue
         o1 = good[0]  # batch cap 1
         itl1 = miss(o1, None)
         served = [o for o in good if not o.overloaded]
         if itl1 is not None:
-            out[i] = (o1.get(), o1.row, "misses_sla", f"misses SLA even at batch 1: {itl1}")
+            choice[i] = (o1.at, "misses_sla", f"misses SLA even at batch 1: {itl1}")
         elif not served:
             o = good[-1]
-            out[i] = (o.get(), o.row, "overloaded", capacity.overload_message(float(o.row[2].qps or 0.0), o.max_qps))
+            choice[i] = (o.at, "overloaded", capacity.overload_message(float(o.row[2].qps or 0.0), o.max_qps))
         else:
             o = min(served, key=lambda o: (o.ttft_s if o.ttft_s is not None else math.inf, o.itl_s))
-            out[i] = (o.get(), o.row, "misses_sla", f"misses SLA at every batch cap: at best (max_batch "
-                                                    f"{o.row[2].max_batch}) {miss(o)}")
-    return out
+            choice[i] = (o.at, "misses_sla", f"misses SLA at every batch cap: at best (max_batch "
+                                                f"{o.row[2].max_batch}) {miss(o)}")
+    # the chosen rows' Predictions (or errors): from the pass above, the rest in one more pass
+    missing = sorted({i for i, _, _ in choice if i not in evaluated})
+    if missing:
+        ev = pred.evaluate_rows([variants[i] for i in missing])
+        evaluated.update((i, (ev, j)) for j, i in enumerate(missing))
+    return [(evaluated[i][0].prediction(evaluated[i][1]), variants[i], kind, why) for i, kind, why in choice]
 
 
 def _sort_key(sort: str) -> Callable[[RankEntry], tuple[Any, ...]]:

@@ -378,8 +378,9 @@ def scaled_factors(factors: tuple[tuple[float, float, float], ...], rho: float) 
 
 class RowMemo:
     """What depends only on the spec objects of a row, kept across calls: derived values of one spec
-    (its raw feature columns, a workload's dict), the domain warnings of a (GPU, LLM, kind, engine) and
-    the capacity of a (GPU, LLM, engine set-up).
+    (its raw feature columns, a workload's dict), the domain warnings of a (GPU, LLM, kind, engine),
+    the capacity of a (GPU, LLM, engine set-up), and per row (specs and every workload field) its solved
+    server state and the numbers the SLA batch-cap search reads of it.
 
     Keyed by ``id()`` and holding the objects themselves, so a key can never be reused by another
     object while it is cached (every hit checks identity); cleared when it grows past ``LIMIT``."""
@@ -392,6 +393,8 @@ class RowMemo:
         self.warnings: dict[tuple[int, int, str, str, int], tuple[Any, Any, tuple[str, ...]]] = {}
         self.capacities: dict[tuple[bool, tuple[Any, ...]], tuple[Any, Any, Any]] = {}
         self.mixes: dict[tuple[bool, tuple[Any, ...]], tuple[Any, Any, dict[str, Any]]] = {}
+        # the numbers the SLA batch-cap search reads of a row (wattgpu.rank.search_caps), per (strict, row)
+        self.options: dict[tuple[bool, tuple[Any, ...]], tuple[Any, Any, tuple[Any, ...]]] = {}
 
     def clear(self) -> None:
         """Forget everything (the objects it holds can then be freed), and the kept slot waits
@@ -400,6 +403,7 @@ class RowMemo:
         self.warnings.clear()
         self.capacities.clear()
         self.mixes.clear()
+        self.options.clear()
         latency.forget_waits()
 
     def spec(self, obj: Any, make: Callable[[Any], Any]) -> Any:
@@ -446,6 +450,16 @@ class RowMemo:
         if len(self.mixes) > self.MIX_LIMIT:
             self.mixes.clear()
         self.mixes[key] = (row[0], row[1], dict(value))
+
+    def option_get(self, key: tuple[Any, ...], row: Row) -> tuple[Any, ...] | None:
+        """The memoised SLA-search numbers of ``row`` under ``key`` (:func:`wattgpu.rank.search_caps`), or None."""
+        hit = self.options.get(key)
+        return hit[2] if hit is not None and hit[0] is row[0] and hit[1] is row[1] else None
+
+    def option_put(self, key: tuple[Any, ...], row: Row, value: tuple[Any, ...]) -> None:
+        if len(self.options) > self.LIMIT:
+            self.options.clear()
+        self.options[key] = (row[0], row[1], value)
 
 
 def _workload_dict(wl: Any) -> dict[str, Any]:

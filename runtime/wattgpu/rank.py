@@ -223,10 +223,9 @@ def batch_caps(limit: float) -> list[int]:
 
 
 class _Option(NamedTuple):
-    """A batch cap in the SLA search: row ``at`` of the rows tried (``at``), and the numbers the search reads."""
+    """A batch cap in the SLA search, and the numbers the search reads of the row at that cap."""
 
-    at: int
-    row: tuple[Any, Any, Workload]
+    cap: int
     ok: bool  # False: the row raises a WattGPUError
     overloaded: bool
     j_per_token: float
@@ -261,56 +260,64 @@ def _numbers(ev: Any, strict: bool) -> list[tuple[Any, ...]]:
     return out
 
 
+def _tried(pred: Any, rows: Sequence[tuple[Any, Any, Workload]], strict: bool
+           ) -> tuple[list[tuple[_Option, ...]], dict[tuple[int, int], tuple[Any, int]]]:
+    """Per row, an :class:`_Option` for the cap asked for and every cap tried (by cap), and where each row at a
+    cap was evaluated in this call ((row, cap) -> (Evaluated, index)). The rows at every cap are evaluated
+    together, in one pass (a row's numbers do not depend on the rows beside it); the options of each row are
+    kept in the row memo (:class:`wattgpu.results.RowMemo`, per ``strict`` and row: specs and every workload
+    field), so rows searched before are not evaluated again."""
+    memo = memo_for(pred.bundle)
+    keys = [(strict, k) for k in capacity.row_keys(rows, True)]
+    kept: list[tuple[_Option, ...] | None] = [memo.option_get(k, r) for k, r in zip(keys, rows)]
+    todo = [i for i, o in enumerate(kept) if o is None]
+    evaluated: dict[tuple[int, int], tuple[Any, int]] = {}
+    if todo:
+        sub = [rows[i] for i in todo]
+        errors, cols = checks.row_errors(sub)
+        owner: list[int] = list(todo)  # the rows at the caps asked for come first
+        variants: list[tuple[Any, Any, Workload]] = list(sub)
+        capped: dict[tuple[int, int], Workload] = {}  # one Workload per (workload, cap)
+        for i, f, e in zip(todo, cols["fit_batch"].tolist(), errors):
+            if e is not None:
+                continue
+            g, m, w = rows[i]
+            for b in batch_caps(min(float(w.max_batch), max(f, 1.0))):
+                if b != w.max_batch:
+                    wb = capped.get((id(w), b))
+                    if wb is None:
+                        wb = capped[(id(w), b)] = replace(w, max_batch=b)
+                    owner.append(i)
+                    variants.append((g, m, wb))
+        ev = pred.evaluate_rows(variants)
+        per: dict[int, list[_Option]] = {i: [] for i in todo}
+        for j, (i, v, n) in enumerate(zip(owner, variants, _numbers(ev, strict))):
+            per[i].append(_Option(v[2].max_batch, *n))
+            evaluated[(i, v[2].max_batch)] = (ev, j)
+        for i, options in per.items():
+            options.sort(key=lambda o: o.cap)
+            kept[i] = done = tuple(options)
+            memo.option_put(keys[i], rows[i], done)
+    return kept, evaluated  # type: ignore[return-value]
+
+
 def search_caps(pred: Any, rows: Sequence[tuple[Any, Any, Workload]], strict: bool, max_itl_ms: float | None,
                 max_ttft_ms: float | None) -> list[tuple[Any, tuple[Any, Any, Workload], str | None, str | None]]:
     """Per row: the batch cap meeting the ITL and TTFT SLAs at the lowest energy per token (the largest cap
-    within ``ENERGY_TIE`` of it). The rows at the caps asked for and at every cap tried are evaluated together,
-    in one pass (a row's numbers do not depend on the rows beside it); the numbers the search reads of each are
-    kept in the row memo (:class:`wattgpu.results.RowMemo`, per row and ``strict``), so a search whose rows were
-    all tried before evaluates only the chosen rows.
+    within ``ENERGY_TIE`` of it), from the caps :func:`_tried` evaluates; the chosen rows' Predictions come from
+    that pass, or, for rows whose options were kept from an earlier call, from one pass of the chosen rows.
 
     Returns (prediction or error, the row at the chosen cap, exclusion kind or
     None, reason or None); a row that cannot be predicted at the cap asked for gets its error. A row is excluded
     for the SLA only when no cap meets it: "misses SLA even at
     batch 1: …" when batch 1 already misses the ITL, else the best cap's miss; "overloaded" when every cap is."""
-    errors, cols = checks.row_errors(rows)
-    fit = cols["fit_batch"].tolist() if rows else []
-    owner: list[int] = list(range(len(rows)))  # the rows at the caps asked for come first
-    variants: list[tuple[Any, Any, Workload]] = list(rows)
-    capped: dict[tuple[int, int], Workload] = {}  # one Workload per (workload, cap)
-    for i, f in enumerate(fit):
-        if errors[i] is not None:
-            continue
-        g, m, w = rows[i]
-        for b in batch_caps(min(float(w.max_batch), max(f, 1.0))):
-            if b != w.max_batch:
-                wb = capped.get((id(w), b))
-                if wb is None:
-                    wb = capped[(id(w), b)] = replace(w, max_batch=b)
-                owner.append(i)
-                variants.append((g, m, wb))
-    memo = memo_for(pred.bundle)
-    keys = [(strict, k) for k in capacity.row_keys(variants, True)]
-    numbers = [memo.option_get(k, v) for k, v in zip(keys, variants)]
-    evaluated: dict[int, tuple[Any, int]] = {}  # variant -> (its Evaluated, its index there)
-    todo = [i for i, n in enumerate(numbers) if n is None]
-    if todo:
-        ev = pred.evaluate_rows([variants[i] for i in todo])
-        for j, (i, n) in enumerate(zip(todo, _numbers(ev, strict))):
-            numbers[i] = n
-            evaluated[i] = (ev, j)
-            memo.option_put(keys[i], variants[i], n)
-    tried = [_Option(i, v, *n) for i, (v, n) in enumerate(zip(variants, numbers))]  # type: ignore[misc]
-    choice: list[tuple[int, str | None, str | None]] = [(i, None, None) for i in range(len(rows))]
-    by_row: dict[int, list[_Option]] = {i: [] for i in range(len(rows)) if tried[i].ok}
-    for i, o in zip(owner, tried):
-        if i in by_row:
-            by_row[i].append(o)
-    for i, options in by_row.items():
-        options.sort(key=lambda o: o.row[2].max_batch)
+    tried, evaluated = _tried(pred, rows, strict)
+    choice: list[tuple[int, str | None, str | None]] = []  # per row: (cap, kind, reason)
+    for (_, _, w), options in zip(rows, tried):
+        asked = next(o for o in options if o.cap == w.max_batch)
         good = [o for o in options if o.ok]
-        if not good:
-            choice[i] = (options[0].at, None, None)
+        if not asked.ok or not good:
+            choice.append((asked.cap if not asked.ok else options[0].cap, None, None))
             continue
 
         def miss(o: _Option, ttft_sla: float | None = max_ttft_ms) -> str | None:
@@ -319,27 +326,34 @@ def search_caps(pred: Any, rows: Sequence[tuple[Any, Any, Workload]], strict: bo
         feasible = [o for o in good if not o.overloaded and miss(o) is None]
         if feasible:
             low = min(o.j_per_token for o in feasible) * (1.0 + ENERGY_TIE)
-            o = max((o for o in feasible if o.j_per_token <= low), key=lambda o: o.row[2].max_batch)
-            choice[i] = (o.at, None, None)
+            o = max((o for o in feasible if o.j_per_token <= low), key=lambda o: o.cap)
+            choice.append((o.cap, None, None))
             continue
         o1 = good[0]  # batch cap 1
         itl1 = miss(o1, None)
         served = [o for o in good if not o.overloaded]
         if itl1 is not None:
-            choice[i] = (o1.at, "misses_sla", f"misses SLA even at batch 1: {itl1}")
+            choice.append((o1.cap, "misses_sla", f"misses SLA even at batch 1: {itl1}"))
         elif not served:
             o = good[-1]
-            choice[i] = (o.at, "overloaded", capacity.overload_message(float(o.row[2].qps or 0.0), o.max_qps))
+            choice.append((o.cap, "overloaded", capacity.overload_message(float(w.qps or 0.0), o.max_qps)))
         else:
             o = min(served, key=lambda o: (o.ttft_s if o.ttft_s is not None else math.inf, o.itl_s))
-            choice[i] = (o.at, "misses_sla", f"misses SLA at every batch cap: at best (max_batch "
-                                                f"{o.row[2].max_batch}) {miss(o)}")
-    # the chosen rows' Predictions (or errors): from the pass above, the rest in one more pass
-    missing = sorted({i for i, _, _ in choice if i not in evaluated})
+            choice.append((o.cap, "misses_sla", f"misses SLA at every batch cap: at best (max_batch {o.cap}) {miss(o)}"))
+    # the chosen rows (one Workload per (workload, cap)); those not evaluated above, in one pass
+    capped: dict[tuple[int, int], Workload] = {}
+    chosen = []
+    for (g, m, w), (b, _, _) in zip(rows, choice):
+        wb = w if b == w.max_batch else capped.get((id(w), b))
+        if wb is None:
+            wb = capped[(id(w), b)] = replace(w, max_batch=b)
+        chosen.append((g, m, wb))
+    missing = [i for i, (b, _, _) in enumerate(choice) if (i, b) not in evaluated]
     if missing:
-        ev = pred.evaluate_rows([variants[i] for i in missing])
-        evaluated.update((i, (ev, j)) for j, i in enumerate(missing))
-    return [(evaluated[i][0].prediction(evaluated[i][1]), variants[i], kind, why) for i, kind, why in choice]
+        ev = pred.evaluate_rows([chosen[i] for i in missing])
+        evaluated.update(((i, choice[i][0]), (ev, j)) for j, i in enumerate(missing))
+    return [(evaluated[(i, b)][0].prediction(evaluated[(i, b)][1]), row, kind, why)
+            for i, (row, (b, kind, why)) in enumerate(zip(chosen, choice))]
 
 
 def _sort_key(sort: str) -> Callable[[RankEntry], tuple[Any, ...]]:

@@ -387,6 +387,7 @@ class RowMemo:
 
     LIMIT = 4096
     MIX_LIMIT = 1024  # solved server states (a dict of ~15 numbers each; a whole-catalog SLA rank has ~400 rows)
+    OPTIONS_LIMIT = 1024  # SLA-search rows (~9 caps of 7 numbers each; a whole-catalog rank with tp auto has ~150)
 
     def __init__(self) -> None:
         self.specs: dict[tuple[int, Any], tuple[Any, Any]] = {}
@@ -457,7 +458,7 @@ class RowMemo:
         return hit[2] if hit is not None and hit[0] is row[0] and hit[1] is row[1] else None
 
     def option_put(self, key: tuple[Any, ...], row: Row, value: tuple[Any, ...]) -> None:
-        if len(self.options) > self.LIMIT:
+        if len(self.options) > self.OPTIONS_LIMIT:
             self.options.clear()
         self.options[key] = (row[0], row[1], value)
 

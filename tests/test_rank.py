@@ -293,3 +293,16 @@ def test_sla_search_from_the_row_memo_equals_a_fresh_search(strict: bool) -> Non
         assert _searched(pred, rows[::-1], strict, itl_ms, ttft_ms) == fresh[::-1]
     memo.clear()
     assert not memo.options
+
+
+def test_sla_rank_from_the_row_memo_equals_a_cold_rank() -> None:
+    """A repeated SLA rank (its launch plans read the chosen pass's columns) answers as one from a cleared memo."""
+    from wattgpu.results import memo_for
+
+    pred = default_predictor()
+    for wl, sla in ((Workload(kind="server", qps=2.0), {"max_itl_ms": 30.0}), (Workload(), {"max_ttft_ms": 900.0}),
+                    (Workload(kind="server", qps=0.5, max_batch=64), {"max_itl_ms": 50.0, "max_model_len": 8192})):
+        ask = {"predictor": pred, "tp": "auto", **sla}
+        memo_for(pred.bundle).clear()
+        cold = json.dumps(rank("meta-llama/Llama-3.1-8B-Instruct", wl, **ask).to_dict())
+        assert json.dumps(rank("meta-llama/Llama-3.1-8B-Instruct", wl, **ask).to_dict()) == cold

@@ -303,6 +303,13 @@ def _tried(pred: Any, rows: Sequence[tuple[Any, Any, Workload]], strict: bool
 
 def search_caps(pred: Any, rows: Sequence[tuple[Any, Any, Workload]], strict: bool, max_itl_ms: float | None,
                 max_ttft_ms: float | None) -> list[tuple[Any, tuple[Any, Any, Workload], str | None, str | None]]:
+    """:func:`_search`'s choices."""
+    return _search(pred, rows, strict, max_itl_ms, max_ttft_ms)[0]
+
+
+def _search(pred: Any, rows: Sequence[tuple[Any, Any, Workload]], strict: bool, max_itl_ms: float | None,
+            max_ttft_ms: float | None) -> tuple[list[tuple[Any, tuple[Any, Any, Workload], str | None, str | None]],
+                                                F.Columns | None]:
     """Per row: the batch cap meeting the ITL and TTFT SLAs at the lowest energy per token (the largest cap
     within ``ENERGY_TIE`` of it), from the caps :func:`_tried` evaluates; the chosen rows' Predictions come from
     that pass, or, for rows whose options were kept from an earlier call, from one pass of the chosen rows.
@@ -310,7 +317,8 @@ def search_caps(pred: Any, rows: Sequence[tuple[Any, Any, Workload]], strict: bo
     Returns (prediction or error, the row at the chosen cap, exclusion kind or
     None, reason or None); a row that cannot be predicted at the cap asked for gets its error. A row is excluded
     for the SLA only when no cap meets it: "misses SLA even at
-    batch 1: …" when batch 1 already misses the ITL, else the best cap's miss; "overloaded" when every cap is."""
+    batch 1: …" when batch 1 already misses the ITL, else the best cap's miss; "overloaded" when every cap is.
+    Also returns the chosen rows' feature columns when one pass evaluated exactly those rows (else None)."""
     tried, evaluated = _tried(pred, rows, strict)
     choice: list[tuple[int, str | None, str | None]] = []  # per row: (cap, kind, reason)
     for (_, _, w), options in zip(rows, tried):
@@ -349,11 +357,13 @@ def search_caps(pred: Any, rows: Sequence[tuple[Any, Any, Workload]], strict: bo
             wb = capped[(id(w), b)] = replace(w, max_batch=b)
         chosen.append((g, m, wb))
     missing = [i for i, (b, _, _) in enumerate(choice) if (i, b) not in evaluated]
+    cols = None
     if missing:
         ev = pred.evaluate_rows([chosen[i] for i in missing])
         evaluated.update(((i, choice[i][0]), (ev, j)) for j, i in enumerate(missing))
+        cols = ev.all_cols if len(missing) == len(rows) else None  # every chosen row, in order
     return [(evaluated[(i, b)][0].prediction(evaluated[(i, b)][1]), row, kind, why)
-            for i, (row, (b, kind, why)) in enumerate(zip(chosen, choice))]
+            for i, (row, (b, kind, why)) in enumerate(zip(chosen, choice))], cols
 
 
 def _sort_key(sort: str) -> Callable[[RankEntry], tuple[Any, ...]]:
@@ -442,18 +452,18 @@ def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None 
     if replicas is not None:
         return _rank_fleet(pred, spec, rows, failed, wl, replicas, max_itl_ms, strict, sort, prices, tp_asked,
                            ttft_sla, util_target, dtype, launch)
-    evaluated = None
     if max_itl_ms is not None or ttft_sla is not None:
-        chosen = search_caps(pred, rows, strict, max_itl_ms, ttft_sla)
+        chosen, chosen_cols = _search(pred, rows, strict, max_itl_ms, ttft_sla)
     else:
         evaluated = pred.evaluate_rows(rows)
         chosen = [(r, row, None, None) for r, row in zip(evaluated.predictions(), rows)]
+        chosen_cols = evaluated.all_cols
     candidates: list[RankEntry] = []
     excluded: list[tuple[tuple[int, float, str, int], Excluded]] = []
     basis = "point prediction"
     errors: dict[str, tuple[int, WattGPUError]] = dict(failed)  # per GPU: the error of its largest group tried
     served: set[str] = set()
-    plans = context_plans([row for _, row, _, _ in chosen], launch[1], None if evaluated is None else evaluated.all_cols)
+    plans = context_plans([row for _, row, _, _ in chosen], launch[1], chosen_cols)
     trained = _trained_gpus(pred)
     for (r, row, kind, why), plan in zip(chosen, plans):
         g, _, w = row

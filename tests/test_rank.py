@@ -259,3 +259,50 @@ def test_predictions_equal_the_dataclass_constructor() -> None:
     for p in got:
         assert type(p) is Prediction
         assert Prediction(**{f.name: getattr(p, f.name) for f in fields(Prediction)}) == p
+
+
+def _searched(pred: Predictor, rows: list, strict: bool, itl_ms: float | None, ttft_ms: float | None) -> list:
+    from wattgpu.rank import search_caps
+
+    return [(r.to_dict() if not isinstance(r, WattGPUError) else ("error", type(r).__name__, str(r)), row[2].max_batch,
+             kind, why) for r, row, kind, why in search_caps(pred, rows, strict, itl_ms, ttft_ms)]
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_sla_search_from_the_row_memo_equals_a_fresh_search(strict: bool) -> None:
+    """search_caps with every tried row's numbers kept, half of them or none gives the same choices, predictions,
+    errors (a 70B model that does not fit) and reasons; overloaded and missed SLAs included."""
+    from wattgpu.results import memo_for
+
+    pred = default_predictor()
+    gpus = pred.catalog.gpus
+    rows = [(g, pred.resolve_llm(m), w) for g in gpus
+            for m, w in (("meta-llama/Llama-3.1-8B-Instruct", Workload(kind="server", qps=3.0)),
+                         ("codellama/CodeLlama-70b-hf", Workload()),
+                         ("Qwen/Qwen2.5-7B-Instruct", Workload(kind="closed_loop", concurrency=16)))]
+    memo = memo_for(pred.bundle)
+    for itl_ms, ttft_ms in ((30.0, None), (None, 500.0), (12.0, 2000.0)):
+        memo.clear()
+        fresh = _searched(pred, rows, strict, itl_ms, ttft_ms)
+        assert len(memo.options) == len(rows)
+        assert {k for _, _, k, _ in fresh} >= {None, "misses_sla"} and any(f[0][0] == "error" for f in fresh)
+        assert _searched(pred, rows, strict, itl_ms, ttft_ms) == fresh  # every row from the memo
+        for key in list(memo.options)[::2]:
+            del memo.options[key]
+        assert _searched(pred, rows, strict, itl_ms, ttft_ms) == fresh  # half
+        assert _searched(pred, rows[::-1], strict, itl_ms, ttft_ms) == fresh[::-1]
+    memo.clear()
+    assert not memo.options
+
+
+def test_sla_rank_from_the_row_memo_equals_a_cold_rank() -> None:
+    """A repeated SLA rank (its launch plans read the chosen pass's columns) answers as one from a cleared memo."""
+    from wattgpu.results import memo_for
+
+    pred = default_predictor()
+    for wl, sla in ((Workload(kind="server", qps=2.0), {"max_itl_ms": 30.0}), (Workload(), {"max_ttft_ms": 900.0}),
+                    (Workload(kind="server", qps=0.5, max_batch=64), {"max_itl_ms": 50.0, "max_model_len": 8192})):
+        ask = {"predictor": pred, "tp": "auto", **sla}
+        memo_for(pred.bundle).clear()
+        cold = json.dumps(rank("meta-llama/Llama-3.1-8B-Instruct", wl, **ask).to_dict())
+        assert json.dumps(rank("meta-llama/Llama-3.1-8B-Instruct", wl, **ask).to_dict()) == cold

@@ -251,3 +251,15 @@ def test_memoised_server_states_equal_fresh_solves(pred: Predictor) -> None:
     for key in list(memo.mixes)[::2]:
         del memo.mixes[key]  # half the rows solved again, half from the memo
     assert_rows_equal_alone(pred, rows, pred.evaluate_rows(rows), clear_memo=True)
+
+
+@pytest.mark.parametrize("learned", [False, True])
+def test_row_keys_equal_each_rows_key(pred: Predictor, learned: bool) -> None:
+    """capacity.row_keys reads each workload once; its keys are the per-row keys, shared objects or not."""
+    gpus, llms = pred.catalog.gpus[:4], pred.catalog.llms[:2]
+    shared = Workload(kind="server", qps=1.0)
+    wls = [shared, Workload(kind="server", qps=2.0), Workload(kind="server", qps=1.0, max_batch=8), Workload(),
+           Workload(kind="closed_loop", concurrency=4)]
+    rows = [(g, m, w) for g in gpus for m in llms for w in (*wls, shared)]
+    assert capacity.row_keys(rows, learned) == [capacity._key(r, learned) for r in rows]
+    assert capacity.row_keys([], learned) == []

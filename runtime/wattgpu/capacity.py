@@ -125,7 +125,7 @@ def capacity_table(evaluate: Callable[[F.Columns], dict[str, np.ndarray]], tripl
     With ``max_itl_s`` (per row, NaN = no SLA) only batches whose ITL × ``itl_scale`` meets it count;
     a row whose ITL misses the SLA even at batch 1 gets ``max_qps`` 0.
     """
-    keys = [_key(t, learned) for t in triples]
+    keys = row_keys(triples, learned)
     first: dict[Any, int] = {}
     where = np.array([first.setdefault(k, i) for i, k in enumerate(keys)], dtype=np.intp)
     uniq = np.array(sorted(first.values()), dtype=np.intp)  # rows with the same engine set-up share a capacity
@@ -250,6 +250,19 @@ def _key(t: tuple[Any, Any, Any], learned: bool) -> tuple[Any, ...]:
 
 
 _SETUP: dict[tuple[type, bool], Callable[[Any], tuple[Any, ...]]] = {}
+
+
+def row_keys(rows: Sequence[tuple[Any, Any, Any]], learned: bool) -> list[tuple[Any, ...]]:
+    """:func:`_key` of every row, each workload object's fields read once (the rows of a rank share a few
+    workloads; ``rows`` keeps them alive, so their ids are not reused during the call)."""
+    setup: dict[int, tuple[Any, ...]] = {}
+    out = []
+    for g, m, w in rows:
+        got = setup.get(id(w))
+        if got is None:
+            got = setup[id(w)] = _key((None, None, w), learned)[2:]
+        out.append((id(g), id(m), *got))
+    return out
 
 
 def overload_message(qps: float, max_qps: float, sla: bool = False) -> str:

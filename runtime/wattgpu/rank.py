@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields, replace
-from functools import lru_cache, partial
+from functools import lru_cache
 from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 from . import capacity, checks, fleet, parallel, questions, record
@@ -36,6 +36,7 @@ from .launch import ContextPlan, context_plans, model_reference, vllm_args
 from .quant import with_dtype
 from .prediction import Prediction
 from .predictor import Predictor, default_predictor
+from .results import memo_for
 from .workload import Workload
 
 SORT_KEYS = ("energy", "power", "itl", "cost")
@@ -222,11 +223,10 @@ def batch_caps(limit: float) -> list[int]:
 
 
 class _Option(NamedTuple):
-    """A batch cap in the SLA search."""
+    """A batch cap in the SLA search, and the numbers the search reads of the row at that cap."""
 
-    get: Callable[[], Any]  # the Prediction (or the WattGPUError the row raises)
-    row: tuple[Any, Any, Workload]
-    ok: bool
+    cap: int
+    ok: bool  # False: the row raises a WattGPUError
     overloaded: bool
     j_per_token: float
     itl_s: float
@@ -235,69 +235,97 @@ class _Option(NamedTuple):
     max_qps: float
 
 
-def _option_of(p: Any, row: tuple[Any, Any, Workload], strict: bool) -> _Option:
+def _numbers_of(p: Any, strict: bool) -> tuple[Any, ...]:
+    """:class:`_Option`'s numbers (``ok`` onwards) of a Prediction or a WattGPUError."""
     if isinstance(p, WattGPUError):
-        return _Option(lambda: p, row, False, False, math.nan, math.nan, math.nan, None, math.nan)
-    return _Option(lambda: p, row, True, p.overloaded, p.energy_per_token_j, p.itl_s, sla_itl(p, strict)[0], p.ttft_s,
-                   float(p.max_qps or 0.0))
+        return (False, False, math.nan, math.nan, math.nan, None, math.nan)
+    return (True, p.overloaded, p.energy_per_token_j, p.itl_s, sla_itl(p, strict)[0], p.ttft_s,
+            float(p.max_qps or 0.0))
 
 
-def _options_of(ev: Any, variants: Sequence[tuple[Any, Any, Workload]], strict: bool) -> list[_Option]:
-    """Options read from the arrays (``strict`` needs each Prediction's interval)."""
+def _numbers(ev: Any, strict: bool) -> list[tuple[Any, ...]]:
+    """:class:`_Option`'s numbers of every row of ``ev``, read from the arrays (``strict`` needs each
+    Prediction's interval)."""
     out = []
     # plain lists, read once (no numpy scalar per row and field)
     ttft, itl, over, j, qps, bad = ([] if not ev.slot else ev.numbers[k].tolist() for k in (
         "ttft_s", "itl_s", "overloaded", "energy_per_token_j", "max_qps", "not_finite"))
-    for i, row in enumerate(variants):
+    for i in range(len(ev.triples)):
         k = ev.slot.get(i)
         if strict or ev.errors[i] is not None or k is None or bad[k]:
-            out.append(_option_of(ev.prediction(i), row, strict))
+            out.append(_numbers_of(ev.prediction(i), strict))
             continue
         t = ttft[k]
-        out.append(_Option(partial(ev.prediction, i), row, True, bool(over[k]), j[k], itl[k], itl[k],
-                           t if math.isfinite(t) else None, qps[k]))
+        out.append((True, bool(over[k]), j[k], itl[k], itl[k], t if math.isfinite(t) else None, qps[k]))
     return out
+
+
+def _tried(pred: Any, rows: Sequence[tuple[Any, Any, Workload]], strict: bool
+           ) -> tuple[list[tuple[_Option, ...]], dict[tuple[int, int], tuple[Any, int]]]:
+    """Per row, an :class:`_Option` for the cap asked for and every cap tried (by cap), and where each row at a
+    cap was evaluated in this call ((row, cap) -> (Evaluated, index)). The rows at every cap are evaluated
+    together, in one pass (a row's numbers do not depend on the rows beside it); the options of each row are
+    kept in the row memo (:class:`wattgpu.results.RowMemo`, per ``strict`` and row: specs and every workload
+    field), so rows searched before are not evaluated again."""
+    memo = memo_for(pred.bundle)
+    keys = [(strict, k) for k in capacity.row_keys(rows, True)]
+    kept: list[tuple[_Option, ...] | None] = [memo.option_get(k, r) for k, r in zip(keys, rows)]
+    todo = [i for i, o in enumerate(kept) if o is None]
+    evaluated: dict[tuple[int, int], tuple[Any, int]] = {}
+    if todo:
+        sub = [rows[i] for i in todo]
+        errors, cols = checks.row_errors(sub)
+        owner: list[int] = list(todo)  # the rows at the caps asked for come first
+        variants: list[tuple[Any, Any, Workload]] = list(sub)
+        capped: dict[tuple[int, int], Workload] = {}  # one Workload per (workload, cap)
+        for i, f, e in zip(todo, cols["fit_batch"].tolist(), errors):
+            if e is not None:
+                continue
+            g, m, w = rows[i]
+            for b in batch_caps(min(float(w.max_batch), max(f, 1.0))):
+                if b != w.max_batch:
+                    wb = capped.get((id(w), b))
+                    if wb is None:
+                        wb = capped[(id(w), b)] = replace(w, max_batch=b)
+                    owner.append(i)
+                    variants.append((g, m, wb))
+        ev = pred.evaluate_rows(variants)
+        per: dict[int, list[_Option]] = {i: [] for i in todo}
+        for j, (i, v, n) in enumerate(zip(owner, variants, _numbers(ev, strict))):
+            per[i].append(_Option(v[2].max_batch, *n))
+            evaluated[(i, v[2].max_batch)] = (ev, j)
+        for i, options in per.items():
+            options.sort(key=lambda o: o.cap)
+            kept[i] = done = tuple(options)
+            memo.option_put(keys[i], rows[i], done)
+    return kept, evaluated  # type: ignore[return-value]
 
 
 def search_caps(pred: Any, rows: Sequence[tuple[Any, Any, Workload]], strict: bool, max_itl_ms: float | None,
                 max_ttft_ms: float | None) -> list[tuple[Any, tuple[Any, Any, Workload], str | None, str | None]]:
+    """:func:`_search`'s choices."""
+    return _search(pred, rows, strict, max_itl_ms, max_ttft_ms)[0]
+
+
+def _search(pred: Any, rows: Sequence[tuple[Any, Any, Workload]], strict: bool, max_itl_ms: float | None,
+            max_ttft_ms: float | None) -> tuple[list[tuple[Any, tuple[Any, Any, Workload], str | None, str | None]],
+                                                F.Columns | None]:
     """Per row: the batch cap meeting the ITL and TTFT SLAs at the lowest energy per token (the largest cap
-    within ``ENERGY_TIE`` of it). The rows at the caps asked for and at every cap tried are evaluated together,
-    in one pass (a row's numbers do not depend on the rows beside it).
+    within ``ENERGY_TIE`` of it), from the caps :func:`_tried` evaluates; the chosen rows' Predictions come from
+    that pass, or, for rows whose options were kept from an earlier call, from one pass of the chosen rows.
 
     Returns (prediction or error, the row at the chosen cap, exclusion kind or
     None, reason or None); a row that cannot be predicted at the cap asked for gets its error. A row is excluded
     for the SLA only when no cap meets it: "misses SLA even at
-    batch 1: …" when batch 1 already misses the ITL, else the best cap's miss; "overloaded" when every cap is."""
-    errors, cols = checks.row_errors(rows)
-    fit = cols["fit_batch"].tolist() if rows else []
-    owner: list[int] = list(range(len(rows)))  # the rows at the caps asked for come first
-    variants: list[tuple[Any, Any, Workload]] = list(rows)
-    capped: dict[tuple[int, int], Workload] = {}  # one Workload per (workload, cap)
-    for i, f in enumerate(fit):
-        if errors[i] is not None:
-            continue
-        g, m, w = rows[i]
-        for b in batch_caps(min(float(w.max_batch), max(f, 1.0))):
-            if b != w.max_batch:
-                wb = capped.get((id(w), b))
-                if wb is None:
-                    wb = capped[(id(w), b)] = replace(w, max_batch=b)
-                owner.append(i)
-                variants.append((g, m, wb))
-    ev = pred.evaluate_rows(variants)
-    tried = _options_of(ev, variants, strict)
-    out: list[tuple[Any, tuple[Any, Any, Workload], str | None, str | None]] = [
-        (None if o.ok else o.get(), row, None, None) for o, row in zip(tried, rows)]  # ok rows: set below
-    by_row: dict[int, list[_Option]] = {i: [] for i in range(len(rows)) if tried[i].ok}
-    for i, o in zip(owner, tried):
-        if i in by_row:
-            by_row[i].append(o)
-    for i, options in by_row.items():
-        options.sort(key=lambda o: o.row[2].max_batch)
+    batch 1: …" when batch 1 already misses the ITL, else the best cap's miss; "overloaded" when every cap is.
+    Also returns the chosen rows' feature columns when one pass evaluated exactly those rows (else None)."""
+    tried, evaluated = _tried(pred, rows, strict)
+    choice: list[tuple[int, str | None, str | None]] = []  # per row: (cap, kind, reason)
+    for (_, _, w), options in zip(rows, tried):
+        asked = next(o for o in options if o.cap == w.max_batch)
         good = [o for o in options if o.ok]
-        if not good:
-            out[i] = (options[0].get(), options[0].row, None, None)
+        if not asked.ok or not good:
+            choice.append((asked.cap if not asked.ok else options[0].cap, None, None))
             continue
 
         def miss(o: _Option, ttft_sla: float | None = max_ttft_ms) -> str | None:
@@ -306,22 +334,36 @@ def search_caps(pred: Any, rows: Sequence[tuple[Any, Any, Workload]], strict: bo
         feasible = [o for o in good if not o.overloaded and miss(o) is None]
         if feasible:
             low = min(o.j_per_token for o in feasible) * (1.0 + ENERGY_TIE)
-            o = max((o for o in feasible if o.j_per_token <= low), key=lambda o: o.row[2].max_batch)
-            out[i] = (o.get(), o.row, None, None)
+            o = max((o for o in feasible if o.j_per_token <= low), key=lambda o: o.cap)
+            choice.append((o.cap, None, None))
             continue
         o1 = good[0]  # batch cap 1
         itl1 = miss(o1, None)
         served = [o for o in good if not o.overloaded]
         if itl1 is not None:
-            out[i] = (o1.get(), o1.row, "misses_sla", f"misses SLA even at batch 1: {itl1}")
+            choice.append((o1.cap, "misses_sla", f"misses SLA even at batch 1: {itl1}"))
         elif not served:
             o = good[-1]
-            out[i] = (o.get(), o.row, "overloaded", capacity.overload_message(float(o.row[2].qps or 0.0), o.max_qps))
+            choice.append((o.cap, "overloaded", capacity.overload_message(float(w.qps or 0.0), o.max_qps)))
         else:
             o = min(served, key=lambda o: (o.ttft_s if o.ttft_s is not None else math.inf, o.itl_s))
-            out[i] = (o.get(), o.row, "misses_sla", f"misses SLA at every batch cap: at best (max_batch "
-                                                    f"{o.row[2].max_batch}) {miss(o)}")
-    return out
+            choice.append((o.cap, "misses_sla", f"misses SLA at every batch cap: at best (max_batch {o.cap}) {miss(o)}"))
+    # the chosen rows (one Workload per (workload, cap)); those not evaluated above, in one pass
+    capped: dict[tuple[int, int], Workload] = {}
+    chosen = []
+    for (g, m, w), (b, _, _) in zip(rows, choice):
+        wb = w if b == w.max_batch else capped.get((id(w), b))
+        if wb is None:
+            wb = capped[(id(w), b)] = replace(w, max_batch=b)
+        chosen.append((g, m, wb))
+    missing = [i for i, (b, _, _) in enumerate(choice) if (i, b) not in evaluated]
+    cols = None
+    if missing:
+        ev = pred.evaluate_rows([chosen[i] for i in missing])
+        evaluated.update(((i, choice[i][0]), (ev, j)) for j, i in enumerate(missing))
+        cols = ev.all_cols if len(missing) == len(rows) else None  # every chosen row, in order
+    return [(evaluated[(i, b)][0].prediction(evaluated[(i, b)][1]), row, kind, why)
+            for i, (row, (b, kind, why)) in enumerate(zip(chosen, choice))], cols
 
 
 def _sort_key(sort: str) -> Callable[[RankEntry], tuple[Any, ...]]:
@@ -410,18 +452,18 @@ def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None 
     if replicas is not None:
         return _rank_fleet(pred, spec, rows, failed, wl, replicas, max_itl_ms, strict, sort, prices, tp_asked,
                            ttft_sla, util_target, dtype, launch)
-    evaluated = None
     if max_itl_ms is not None or ttft_sla is not None:
-        chosen = search_caps(pred, rows, strict, max_itl_ms, ttft_sla)
+        chosen, chosen_cols = _search(pred, rows, strict, max_itl_ms, ttft_sla)
     else:
         evaluated = pred.evaluate_rows(rows)
         chosen = [(r, row, None, None) for r, row in zip(evaluated.predictions(), rows)]
+        chosen_cols = evaluated.all_cols
     candidates: list[RankEntry] = []
     excluded: list[tuple[tuple[int, float, str, int], Excluded]] = []
     basis = "point prediction"
     errors: dict[str, tuple[int, WattGPUError]] = dict(failed)  # per GPU: the error of its largest group tried
     served: set[str] = set()
-    plans = context_plans([row for _, row, _, _ in chosen], launch[1], None if evaluated is None else evaluated.all_cols)
+    plans = context_plans([row for _, row, _, _ in chosen], launch[1], chosen_cols)
     trained = _trained_gpus(pred)
     for (r, row, kind, why), plan in zip(chosen, plans):
         g, _, w = row

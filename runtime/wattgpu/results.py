@@ -95,8 +95,9 @@ def server_mixes(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], c
     memo = memo_for(bundle)
     mix: Mix = {}
     todo: list[int] = []
+    keys = dict(zip(server_rows, capacity.row_keys([rows[k] for k in server_rows], True)))
     for k in server_rows:
-        hit = memo.mix_get(rows[k], learned)
+        hit = memo.mix_get((learned, keys[k]), rows[k])
         if hit is None:
             todo.append(k)
         else:
@@ -109,7 +110,7 @@ def server_mixes(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], c
                             capacity=cap if every else {c: v[todo] for c, v in cap.items()},
                             classes=cap_classes(bundle, sub))
         for j, k in enumerate(todo):
-            memo.mix_put(rows[k], learned, solved[j])
+            memo.mix_put((learned, keys[k]), rows[k], solved[j])
             mix[k] = solved[j]
     return mix
 
@@ -187,8 +188,8 @@ def capacities(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], col
     slot_of: dict[tuple[Any, ...], int] = {}
     firsts: list[int] = []
     where = np.empty(len(rows), dtype=np.intp)
-    for i, row in enumerate(rows):
-        key = (learned, capacity._key(row, learned))
+    for i, setup in enumerate(capacity.row_keys(rows, learned)):
+        key = (learned, setup)
         s = slot_of.get(key)
         if s is None:
             s = slot_of[key] = len(firsts)
@@ -377,20 +378,24 @@ def scaled_factors(factors: tuple[tuple[float, float, float], ...], rho: float) 
 
 class RowMemo:
     """What depends only on the spec objects of a row, kept across calls: derived values of one spec
-    (its raw feature columns, a workload's dict), the domain warnings of a (GPU, LLM, kind, engine) and
-    the capacity of a (GPU, LLM, engine set-up).
+    (its raw feature columns, a workload's dict), the domain warnings of a (GPU, LLM, kind, engine),
+    the capacity of a (GPU, LLM, engine set-up), and per row (specs and every workload field) its solved
+    server state and the numbers the SLA batch-cap search reads of it.
 
     Keyed by ``id()`` and holding the objects themselves, so a key can never be reused by another
     object while it is cached (every hit checks identity); cleared when it grows past ``LIMIT``."""
 
     LIMIT = 4096
     MIX_LIMIT = 1024  # solved server states (a dict of ~15 numbers each; a whole-catalog SLA rank has ~400 rows)
+    OPTIONS_LIMIT = 1024  # SLA-search rows (~9 caps of 7 numbers each; a whole-catalog rank with tp auto has ~150)
 
     def __init__(self) -> None:
         self.specs: dict[tuple[int, Any], tuple[Any, Any]] = {}
         self.warnings: dict[tuple[int, int, str, str, int], tuple[Any, Any, tuple[str, ...]]] = {}
         self.capacities: dict[tuple[bool, tuple[Any, ...]], tuple[Any, Any, Any]] = {}
         self.mixes: dict[tuple[bool, tuple[Any, ...]], tuple[Any, Any, dict[str, Any]]] = {}
+        # per (strict, row): the options of the SLA batch-cap search, every cap tried (wattgpu.rank._tried)
+        self.options: dict[tuple[bool, tuple[Any, ...]], tuple[Any, Any, tuple[Any, ...]]] = {}
 
     def clear(self) -> None:
         """Forget everything (the objects it holds can then be freed), and the kept slot waits
@@ -399,6 +404,7 @@ class RowMemo:
         self.warnings.clear()
         self.capacities.clear()
         self.mixes.clear()
+        self.options.clear()
         latency.forget_waits()
 
     def spec(self, obj: Any, make: Callable[[Any], Any]) -> Any:
@@ -436,15 +442,25 @@ class RowMemo:
             self.capacities.clear()
         self.capacities[key] = (row[0], row[1], value)
 
-    def mix_get(self, row: Row, learned: bool) -> dict[str, Any] | None:
-        """The memoised server state of ``row`` (:func:`server_mixes`), or None."""
-        hit = self.mixes.get((learned, capacity._key(row, True)))
+    def mix_get(self, key: tuple[Any, ...], row: Row) -> dict[str, Any] | None:
+        """The memoised server state of ``row`` under ``key`` (:func:`server_mixes`), or None."""
+        hit = self.mixes.get(key)
         return hit[2] if hit is not None and hit[0] is row[0] and hit[1] is row[1] else None
 
-    def mix_put(self, row: Row, learned: bool, value: Mapping[str, Any]) -> None:
+    def mix_put(self, key: tuple[Any, ...], row: Row, value: Mapping[str, Any]) -> None:
         if len(self.mixes) > self.MIX_LIMIT:
             self.mixes.clear()
-        self.mixes[(learned, capacity._key(row, True))] = (row[0], row[1], dict(value))
+        self.mixes[key] = (row[0], row[1], dict(value))
+
+    def option_get(self, key: tuple[Any, ...], row: Row) -> tuple[Any, ...] | None:
+        """The memoised SLA-search options of ``row`` under ``key`` (:func:`wattgpu.rank.search_caps`), or None."""
+        hit = self.options.get(key)
+        return hit[2] if hit is not None and hit[0] is row[0] and hit[1] is row[1] else None
+
+    def option_put(self, key: tuple[Any, ...], row: Row, value: tuple[Any, ...]) -> None:
+        if len(self.options) > self.OPTIONS_LIMIT:
+            self.options.clear()
+        self.options[key] = (row[0], row[1], value)
 
 
 def _workload_dict(wl: Any) -> dict[str, Any]:

@@ -36,7 +36,7 @@ def server_mix(evaluate: Evaluate, rows: Sequence[Row], cols: F.Columns, learned
     (:func:`wattgpu.features.cap_classes` of ``cols``) lets rows that differ in their batch cap only share each
     model evaluation at a concurrency within both caps (:func:`wattgpu.capacity.request_time`)."""
     first: dict[Any, int] = {}
-    keys = [capacity_mod._key(r, True) for r in rows]  # specs and every workload field
+    keys = capacity_mod.row_keys(rows, True)  # specs and every workload field
     where = [first.setdefault(k, i) for i, k in enumerate(keys)]
     if len(first) < len(rows):  # repeated rows are solved once
         uniq = np.array(sorted(first.values()), dtype=np.intp)

@@ -287,8 +287,19 @@ def _level_key(level: float) -> str:
     return f"{int(round(level * 100))}"
 
 
+_LEVEL_KEYS: dict[float, str] = {}  # the few levels a bundle has (0.8, 0.95), each formatted once
+
+
 def _intervals(value: Any) -> dict[str, list[float]]:
-    return {_level_key(i.level): [i.low, i.high] for i in value}
+    out: dict[str, list[float]] = {}
+    for i in value:
+        key = _LEVEL_KEYS.get(i.level)
+        if key is None:
+            key = _level_key(i.level)
+            if len(_LEVEL_KEYS) < 64:
+                _LEVEL_KEYS[i.level] = key
+        out[key] = [i.low, i.high]
+    return out
 
 
 def _strings(value: Any) -> list[str] | None:

@@ -113,8 +113,7 @@ class _AtLoad:
     step is not run again for the answer."""
 
     def __init__(self, bundle: ModelBundle, row: Row, c: dict[str, float], closed_loop: bool, memo: RowMemo) -> None:
-        self.runners = _runners(bundle)
-        self.kind = assemble.reads_kind(bundle)
+        self.runners, self.kind = _models(bundle)
         # the load-free part depends on the specs and every workload field but the concurrency (the
         # capacity key of a learned server: all of them), so it is kept per such set-up as the capacity is
         key = ("load-free", closed_loop, capacity._key(row, True))
@@ -159,21 +158,29 @@ class _AtLoad:
 _LOCAL = threading.local()
 
 
-def _runners(bundle: ModelBundle) -> dict[str, _RowRunner]:
+def _models(bundle: ModelBundle) -> tuple[dict[str, _RowRunner], bool]:
+    """This thread's runners of the bundle's models, and whether any model reads the workload kind
+    (:func:`assemble.reads_kind`); both fixed for a bundle, so built once per thread and bundle."""
     by_bundle = getattr(_LOCAL, "by_bundle", None)
     if by_bundle is None:
         by_bundle = _LOCAL.by_bundle = weakref.WeakKeyDictionary()
-    runners = by_bundle.get(bundle)
-    if runners is None:
-        runners = by_bundle[bundle] = {t: _RowRunner(bundle.session(t), m.input_name, m.feature_names, m.transform)
-                                       for t, m in bundle.schema.models.items()}
-    return runners
+    models = by_bundle.get(bundle)
+    if models is None:
+        runners = {t: _RowRunner(bundle.session(t), m.input_name, m.feature_names, m.transform)
+                   for t, m in bundle.schema.models.items()}
+        models = by_bundle[bundle] = (runners, assemble.reads_kind(bundle))
+    return models
+
+
+def _runners(bundle: ModelBundle) -> dict[str, _RowRunner]:
+    return _models(bundle)[0]
 
 
 def evaluate_one(bundle: ModelBundle, c: dict[str, float], targets: tuple[str, ...] | None = None) -> dict[str, float]:
     """Every model of ``bundle`` (or those of ``targets``) on one row of scalar columns, in physical units."""
-    x = assemble.steady(c) if assemble.reads_kind(bundle) else c  # the same rule as assemble.evaluate
-    out = {target: run(x) for target, run in _runners(bundle).items() if targets is None or target in targets}
+    runners, kind = _models(bundle)
+    x = assemble.steady(c) if kind else c  # the same rule as assemble.evaluate
+    out = {target: run(x) for target, run in runners.items() if targets is None or target in targets}
     if bundle.schema.calibration is not None:  # the same correction as assemble.evaluate, on floats
         out = calibration_of(bundle).apply(out, c)  # type: ignore[union-attr]
     return out

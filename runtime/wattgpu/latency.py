@@ -151,12 +151,10 @@ def closed_loop_wait(clients: Any, req_rate: Any, req_s: Any) -> Any:
     return ops.maximum(extra, 0.0)
 
 
-@lru_cache(maxsize=4096)
 def erlang_c(servers: int, offered: float) -> float:
     """Probability an arrival waits in an M/M/c queue with ``servers`` and ``offered`` load (Erlangs),
-    from the stable Erlang-B recursion; 1 when ``offered`` ≥ ``servers``. A pure function of its two
-    numbers, memoised: the recursion is a Python loop over every slot (~10 µs at 256 slots), and a
-    GPU's server rows at one rate ask for the same (slots, load) each time."""
+    from the stable Erlang-B recursion; 1 when ``offered`` ≥ ``servers``. A Python loop over every slot
+    (~10 µs at 256 slots): :func:`server_wait` keeps its recent answers."""
     if offered >= servers:
         return 1.0
     b = 1.0

@@ -28,3 +28,18 @@ def test_huge_integers_are_refused_with_the_field_named_not_an_overflow():
         fleet.check_replicas(HUGE)
     with pytest.raises(SpecValidationError, match="tp"):
         parallel.check_tp_value(HUGE)
+
+
+@pytest.mark.parametrize("prices", [(None, None, 1.0, None), (None, None, 1, None), (0.1, None, 1.0, None),
+                                    (None, None, 1.0, 2.0), (None, None, 5.0, None)])
+def test_default_and_valid_prices_pass(prices):
+    energy.check_prices(*prices)  # the defaults take a short cut; every other tuple the full check
+
+
+@pytest.mark.parametrize("prices, field", [((None, None, True, None), "pue"), ((None, None, 0.5, None), "pue"),
+                                           ((None, None, float("nan"), None), "pue"),
+                                           ((None, float("inf"), 1.0, None), "gco2_per_kwh"),
+                                           ((None, None, 1.0, -1.0), "usd_per_gpu_hour")])
+def test_prices_beside_the_defaults_are_still_checked(prices, field):
+    with pytest.raises(WattGPUError, match=field):
+        energy.check_prices(*prices)

@@ -173,3 +173,35 @@ def test_declarations_are_consistent() -> None:
                    busy_fraction=1.0, power_method="learned")))
     with pytest.raises(ValueError, match="kind"):
         Out("x", "", "", "", kind="float")
+
+
+def test_to_json_reads_each_field_as_declared(pred: Predictor) -> None:
+    """to_json's one-read plan equals reading every field on its own (value_of, then the kind's conversion,
+    energy priced), in record order: for stored fields, properties, computed ``get`` fields and copies."""
+    p = pred.predict("H100 SXM", LLM, Workload(kind="server", qps=0.5))
+    prices = (0.12, 300.0, 1.3, 2.0)
+
+    def by_hand(obj: Any, outs: tuple[Out, ...]) -> dict[str, Any]:
+        conv = {"intervals": lambda v: {f"{round(i.level * 100)}": [i.low, i.high] for i in v},
+                "strings": lambda v: None if v is None else list(v), "object": lambda v: None if v is None else v}
+        return {o.name: obj.energy(*prices) if o.kind == "energy" else conv.get(o.kind, lambda v: v)(record.value_of(o, obj))
+                for o in outs}
+
+    for outs in (PREDICTION, (PREDICTION[3],), (*PREDICTION[:5], Out("twice", "W", "d", "l", get=lambda q: 2 * q.power_w))):
+        got = record.to_json(p, prices, outs)
+        assert list(got) == [o.name for o in outs] and got == by_hand(p, outs)
+    entry = rank(LLM, Workload(), gpus=["A30", "H100 SXM"]).candidates[0]
+    got = record.to_json(entry, prices, record.rank_entry_fields())
+    assert got == by_hand(entry, record.rank_entry_fields())
+    got["workload"]["qps"] = -1.0  # an answer is a copy: editing it leaves the prediction as it was
+    got["bound"]["kind"] = "edited"
+    assert entry.workload.get("qps") != -1.0 and entry.bound["kind"] != "edited"
+
+
+def test_object_fields_are_copied_nested_levels_included() -> None:
+    src = {"summary": "s", "by_gpu": {"A30": [1.0, {"x": 2.0}]}, "n": 1}
+    out = record._object(src)
+    assert out == src and out is not src and out["by_gpu"] is not src["by_gpu"]
+    assert out["by_gpu"]["A30"] is not src["by_gpu"]["A30"] and out["by_gpu"]["A30"][1] is not src["by_gpu"]["A30"][1]
+    flat = {"a": 1.0, "b": "x"}
+    assert record._object(flat) == flat and record._object(flat) is not flat and record._object(None) is None

@@ -16,7 +16,7 @@ import pytest
 from wattgpu import features as F
 from wattgpu import ops, single
 from wattgpu.predictor import Predictor
-from wattgpu.results import core
+from wattgpu.results import core, memo_for
 from wattgpu.workload import Workload
 
 WORKLOADS = [
@@ -135,8 +135,10 @@ def test_server_rows_on_the_scalar_path_equal_the_vectorised_path(pred: Predicto
     llms = [m for m in cat.llms if m.total_params_b < 80][::3]
     rows = [(g, m, w) for g in cat.gpus for m in llms for w in SERVER_WORKLOADS]
     want = pred.predict_specs_safe(rows)
+    mixes = memo_for(pred.bundle).mixes
     scalar = bad = overloaded = 0
     for row, w in zip(rows, want):
+        mixes.clear()  # the one-row solve itself, not a state the vectorised pass kept
         got = single.predict_one(pred.bundle, row)
         if got is None:
             assert isinstance(w, Exception), f"{row[0].name} {row[1].name}: fell back without an error"
@@ -146,6 +148,39 @@ def test_server_rows_on_the_scalar_path_equal_the_vectorised_path(pred: Predicto
         bad += got != w
         assert bad < 5, f"{row[0].name} {row[1].name} {row[2]}:\n  {got}\n  {w}"
     assert bad == 0 and scalar > 1000 and 100 < overloaded < scalar
+
+
+def test_kept_server_states_are_shared_by_both_paths_with_the_same_predictions(pred: Predictor) -> None:
+    """The one-row path keeps a row's solved server state in the row memo as the vectorised path does, and each
+    reads the other's: a prediction from a state the other path solved equals one solved afresh, field for field
+    (and the state itself bit for bit), below, near and beyond capacity; rows that fail fail the same way."""
+    cat = pred.catalog
+    llms = [m for m in cat.llms if m.total_params_b < 80][::5]
+    rows = [(g, m, w) for g in cat.gpus[::5] for m in llms for w in SERVER_WORKLOADS]
+    memo = memo_for(pred.bundle)
+
+    def state(row: tuple) -> dict:
+        kept = memo.mix_get(row, "server" in pred.schema.domain.get("kinds", ()))
+        return {} if kept is None else {k: np.float64(v).tobytes() if isinstance(v, float) else v
+                                        for k, v in kept.items()}
+
+    shared = 0
+    for row in rows:
+        memo.clear()
+        fresh = pred.predict_specs_safe([row])[0]  # the vectorised solve, kept
+        vector_state = state(row)
+        from_vector = single.predict_one(pred.bundle, row)  # reads the vectorised state
+        memo.clear()
+        alone = single.predict_one(pred.bundle, row)  # the one-row solve, kept
+        if alone is None:
+            assert from_vector is None, row
+            continue
+        assert from_vector == alone == fresh, row
+        assert state(row) == vector_state, row
+        again = pred.predict_specs_safe([row])[0]  # the vectorised path reads the one-row state
+        assert again == fresh and single.predict_one(pred.bundle, row) == alone, row
+        shared += 1
+    assert shared > 100
 
 
 def test_predict_takes_the_scalar_path_and_equals_predict_specs(pred: Predictor, monkeypatch) -> None:

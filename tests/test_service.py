@@ -87,6 +87,16 @@ def test_rank_equals_cli_json(app: Any, body: dict[str, Any], argv: list[str]) -
     assert r.json() == cli_json("rank", *argv)
 
 
+@pytest.mark.parametrize("path,body", [("/v1/predict", PREDICT_CASES[1][0]), ("/v1/rank", RANK_CASES[1][0]),
+                                       ("/v1/rank", {"llm": LLM, "workload": {"qps": 1.0}})])
+def test_bodies_are_compact_json_with_sorted_keys(app: Any, path: str, body: dict[str, Any]) -> None:
+    """The bytes themselves: compact separators, keys sorted, floats as Python writes them (what
+    ``json.dumps(..., sort_keys=True, separators=(",", ":"))`` gives for the same answer)."""
+    r = _post(app, path, body)
+    assert r.status_code == 200, r.text
+    assert r.content == json.dumps(r.json(), sort_keys=True, allow_nan=False, separators=(",", ":")).encode()
+
+
 def test_rank_falls_back_to_groups_only_without_a_tp(app: Any) -> None:
     body = {"llm": "meta-llama/Llama-3.1-70B-Instruct", "gpus": ["A30", "L40S"]}
     assert _post(app, "/v1/rank", body).json()["tp"] == "auto"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 
 import numpy as np
 import pytest
@@ -114,6 +115,34 @@ def test_erlang_c_known_values() -> None:
     assert latency.erlang_c(4, 4.0) == 1.0
     assert latency.server_wait(1.0, 2.0, 1.0) == pytest.approx(0.5 / (2.0 - 1.0))
     assert math.isnan(latency.server_wait(2.0, 2.0, 1.0))  # at capacity: unbounded
+
+
+def _erlang_c_recursion(servers: int, offered: float) -> float:
+    """The Erlang-B recursion as first written (the product formed twice per step)."""
+    if offered >= servers:
+        return 1.0
+    b = 1.0
+    for k in range(1, servers + 1):
+        b = offered * b / (k + offered * b)
+        if b == 0.0:
+            break
+    rho = offered / servers
+    return b / (1.0 - rho * (1.0 - b))
+
+
+def test_erlang_c_answers_the_recursion_bit_for_bit() -> None:
+    """erlang_c forms each step's product once: the recursion's own float (signed zero included), over loads
+    from nearly idle to nearly saturated, tiny loads where the recursion underflows, and int loads."""
+    rng = random.Random(37)
+    cases = [(n, n * rng.random() ** rng.choice((1, 3, 12))) for n in (rng.randint(1, 1024) for _ in range(400))]
+    cases += [(n, a) for n in (1, 2, 7, 256) for a in (0.0, 5e-324, 1e-300, 1e-9, 0.5, n * (1 - 1e-15), n, n + 1.0)]
+    cases += [(4, 2), (4, 2.0), (300, 1)]
+    for n, a in cases:
+        want = _erlang_c_recursion(n, a)
+        got = latency.erlang_c(n, a)
+        assert got == want and math.copysign(1.0, got) == math.copysign(1.0, want), (n, a)
+    assert math.copysign(1.0, latency.erlang_c(3, -0.0)) == math.copysign(1.0, _erlang_c_recursion(3, -0.0))
+    assert math.isnan(latency.erlang_c(3, math.nan)) and math.isnan(_erlang_c_recursion(3, math.nan))
 
 
 def test_70b_itl_sla_keeps_2xh200_and_1xb300_at_a_smaller_batch_cap() -> None:

@@ -41,6 +41,9 @@ def _check(name: str, value: float | None) -> None:
 def check_prices(usd_per_kwh: float | None, gco2_per_kwh: float | None, pue: float,
                  usd_per_gpu_hour: float | None = None) -> None:
     """Validate the cost/carbon inputs (one-line WattGPUError naming the bad one)."""
+    if usd_per_kwh is None and gco2_per_kwh is None and usd_per_gpu_hour is None and type(pue) is float \
+            and pue == 1.0:
+        return  # the defaults (no price, PUE 1), which every unpriced prediction's energy figures pass
     for name, value in zip(PRICE_RANGES, (usd_per_kwh, gco2_per_kwh, pue, usd_per_gpu_hour)):
         _check(name, value)
 

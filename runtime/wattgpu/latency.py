@@ -153,12 +153,14 @@ def closed_loop_wait(clients: Any, req_rate: Any, req_s: Any) -> Any:
 
 def erlang_c(servers: int, offered: float) -> float:
     """Probability an arrival waits in an M/M/c queue with ``servers`` and ``offered`` load (Erlangs),
-    from the stable Erlang-B recursion; 1 when ``offered`` ≥ ``servers``."""
+    from the stable Erlang-B recursion; 1 when ``offered`` ≥ ``servers``. A Python loop over every slot
+    (~10 µs at 256 slots): :func:`server_wait` keeps its recent answers."""
     if offered >= servers:
         return 1.0
     b = 1.0
     for k in range(1, servers + 1):
-        b = offered * b / (k + offered * b)
+        ab = offered * b  # the same product the recursion's numerator and denominator use
+        b = ab / (k + ab)
         if b == 0.0:
             break
     rho = offered / servers

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import record
+from .energy import energy_figures
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,5 @@ class Prediction:
         """J/token, J and Wh per request, kWh per million tokens, and $ / gCO2e per million tokens when
         a price / grid intensity is given; with ``usd_per_gpu_hour`` the GPU rent per million tokens of the
         ``tp`` GPUs (see :mod:`wattgpu.energy`)."""
-        from .energy import energy_figures
-
         return energy_figures(self.total_power_w, self.system_s_per_token, int(self.workload["output_tokens"]),
                               usd_per_kwh, gco2_per_kwh, pue, usd_per_gpu_hour, self.tp)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, NamedTuple
 
 from .energy import Prices
 
@@ -287,8 +287,19 @@ def _level_key(level: float) -> str:
     return f"{int(round(level * 100))}"
 
 
+_LEVEL_KEYS: dict[float, str] = {}  # the few levels a bundle has (0.8, 0.95), each formatted once
+
+
 def _intervals(value: Any) -> dict[str, list[float]]:
-    return {_level_key(i.level): [i.low, i.high] for i in value}
+    out: dict[str, list[float]] = {}
+    for i in value:
+        key = _LEVEL_KEYS.get(i.level)
+        if key is None:
+            key = _level_key(i.level)
+            if len(_LEVEL_KEYS) < 64:
+                _LEVEL_KEYS[i.level] = key
+        out[key] = [i.low, i.high]
+    return out
 
 
 def _strings(value: Any) -> list[str] | None:
@@ -300,10 +311,14 @@ def _object(value: Any) -> dict[str, Any] | None:
     if value is None:
         return None
     out = dict(value)
-    for k, v in out.items():
-        if type(v) is dict or type(v) is list:
-            out[k] = _copy(v)
+    if not _NESTED.isdisjoint(map(type, out.values())):  # most objects are flat: one C-level scan
+        for k, v in out.items():
+            if type(v) is dict or type(v) is list:
+                out[k] = _copy(v)
     return out
+
+
+_NESTED = frozenset((dict, list))
 
 
 def _copy(value: Any) -> Any:
@@ -315,17 +330,39 @@ def _copy(value: Any) -> Any:
 
 
 _CONVERT: dict[str, Callable[[Any], Any]] = {"intervals": _intervals, "strings": _strings, "object": _object}
-_Plan = list[tuple[str, Callable[[Any], Any], Callable[[Any], Any] | None, bool]]
+
+
+class _Plan(NamedTuple):
+    """How :func:`to_json` writes one record tuple: the field names, a function reading every field's raw value
+    at once (record order; an ``energy`` field's is replaced), the fields to convert and the energy fields."""
+
+    names: tuple[str, ...]
+    read: Callable[[Any], tuple[Any, ...]]
+    convert: tuple[tuple[str, Callable[[Any], Any]], ...]
+    energy: tuple[str, ...]
+
+
 _PLANS: dict[int, tuple[tuple[Out, ...], _Plan]] = {}
 
 
+def _reader(outs: tuple[Out, ...]) -> Callable[[Any], tuple[Any, ...]]:
+    """Every field's raw value of a prediction as one tuple: one C-level attrgetter where every field is a
+    stored attribute or property (an ``energy`` method is read too, then replaced), else one call each."""
+    if len(outs) > 1 and all(o.get is None for o in outs):
+        return attrgetter(*(o.name for o in outs))
+    reads = tuple((lambda p: None) if o.kind == "energy" else attrgetter(o.name) if o.get is None else o.get
+                  for o in outs)
+    return lambda p: tuple(read(p) for read in reads)
+
+
 def _plan(outs: tuple[Out, ...]) -> _Plan:
-    """(name, read, convert, is energy) per field of ``outs``, built once per record tuple."""
+    """The :class:`_Plan` of ``outs``, built once per record tuple."""
     hit = _PLANS.get(id(outs))
     if hit is not None and hit[0] is outs:
         return hit[1]
-    plan: _Plan = [(o.name, attrgetter(o.name) if o.get is None else o.get, _CONVERT.get(o.kind),
-                    o.kind == "energy") for o in outs]
+    plan = _Plan(tuple(o.name for o in outs), _reader(outs),
+                 tuple((o.name, _CONVERT[o.kind]) for o in outs if o.kind in _CONVERT),
+                 tuple(o.name for o in outs if o.kind == "energy"))
     if len(_PLANS) > 64:
         _PLANS.clear()
     _PLANS[id(outs)] = (outs, plan)
@@ -339,15 +376,13 @@ def value_of(o: Out, p: Any) -> Any:
 
 def to_json(p: Any, prices: Prices = DEFAULT_PRICES, record: tuple[Out, ...] | None = None) -> dict[str, Any]:
     """The JSON-ready dict of prediction ``p``: every field of ``record`` (default :data:`PREDICTION`) under its
-    name; ``energy`` priced with ``prices`` (usd_per_kwh, gco2_per_kwh, pue, usd_per_gpu_hour)."""
-    out: dict[str, Any] = {}
-    for name, read, convert, energy in _plan(PREDICTION if record is None else record):
-        if energy:
-            out[name] = p.energy(*prices)
-        elif convert is None:
-            out[name] = read(p)
-        else:
-            out[name] = convert(read(p))
+    name, in record order; ``energy`` priced with ``prices`` (usd_per_kwh, gco2_per_kwh, pue, usd_per_gpu_hour)."""
+    plan = _plan(PREDICTION if record is None else record)
+    out = dict(zip(plan.names, plan.read(p)))
+    for name, convert in plan.convert:
+        out[name] = convert(out[name])
+    for name in plan.energy:
+        out[name] = p.energy(*prices)
     return out
 
 

@@ -113,8 +113,7 @@ class _AtLoad:
     step is not run again for the answer."""
 
     def __init__(self, bundle: ModelBundle, row: Row, c: dict[str, float], closed_loop: bool, memo: RowMemo) -> None:
-        self.runners = _runners(bundle)
-        self.kind = assemble.reads_kind(bundle)
+        self.runners, self.kind = _models(bundle)
         # the load-free part depends on the specs and every workload field but the concurrency (the
         # capacity key of a learned server: all of them), so it is kept per such set-up as the capacity is
         key = ("load-free", closed_loop, capacity._key(row, True))
@@ -159,21 +158,29 @@ class _AtLoad:
 _LOCAL = threading.local()
 
 
-def _runners(bundle: ModelBundle) -> dict[str, _RowRunner]:
+def _models(bundle: ModelBundle) -> tuple[dict[str, _RowRunner], bool]:
+    """This thread's runners of the bundle's models, and whether any model reads the workload kind
+    (:func:`assemble.reads_kind`); both fixed for a bundle, so built once per thread and bundle."""
     by_bundle = getattr(_LOCAL, "by_bundle", None)
     if by_bundle is None:
         by_bundle = _LOCAL.by_bundle = weakref.WeakKeyDictionary()
-    runners = by_bundle.get(bundle)
-    if runners is None:
-        runners = by_bundle[bundle] = {t: _RowRunner(bundle.session(t), m.input_name, m.feature_names, m.transform)
-                                       for t, m in bundle.schema.models.items()}
-    return runners
+    models = by_bundle.get(bundle)
+    if models is None:
+        runners = {t: _RowRunner(bundle.session(t), m.input_name, m.feature_names, m.transform)
+                   for t, m in bundle.schema.models.items()}
+        models = by_bundle[bundle] = (runners, assemble.reads_kind(bundle))
+    return models
+
+
+def _runners(bundle: ModelBundle) -> dict[str, _RowRunner]:
+    return _models(bundle)[0]
 
 
 def evaluate_one(bundle: ModelBundle, c: dict[str, float], targets: tuple[str, ...] | None = None) -> dict[str, float]:
     """Every model of ``bundle`` (or those of ``targets``) on one row of scalar columns, in physical units."""
-    x = assemble.steady(c) if assemble.reads_kind(bundle) else c  # the same rule as assemble.evaluate
-    out = {target: run(x) for target, run in _runners(bundle).items() if targets is None or target in targets}
+    runners, kind = _models(bundle)
+    x = assemble.steady(c) if kind else c  # the same rule as assemble.evaluate
+    out = {target: run(x) for target, run in runners.items() if targets is None or target in targets}
     if bundle.schema.calibration is not None:  # the same correction as assemble.evaluate, on floats
         out = calibration_of(bundle).apply(out, c)  # type: ignore[union-attr]
     return out
@@ -246,10 +253,35 @@ def _row_columns(row: Row, memo: RowMemo) -> dict[str, float]:
 
 def _server_numbers(bundle: ModelBundle, row: Row, c: dict[str, float], learned: bool,
                     cap: Capacity, memo: RowMemo) -> tuple[dict[str, float], dict[str, Any], dict[str, Any]] | None:
-    """A Poisson-server row on floats (as server_mix and core)."""
+    """A Poisson-server row on floats (as server_mix and core); its solved state kept in ``memo`` as the
+    vectorised path keeps it (:func:`results.server_mixes`: either path's entry is the other's, bit for bit)."""
     g, _, wl = row
     qps = float(wl.qps)  # type: ignore[arg-type]  # a server workload always has one
+    kept = memo.mix_get(row, learned)
+    mix = _server_mix(bundle, row, c, learned, cap, memo, qps) if kept is None else dict(kept)  # never the entry
+    power, itl, busy, batch, req_s = mix["power"], mix["itl"], mix["busy"], mix["batch"], mix["request_s"]
+    rate = min(qps, cap.max_qps) * wl.output_tokens
+    util = utilization(c, cap.max_qps, batch, req_s)  # type: ignore[arg-type]
+    numbers = finish(power, itl, batch, busy, rate, c["gpu_tdp_w"], c["wl_output_tokens"], learned, c["wl_tp"])
+    if numbers["not_finite"]:
+        return None
+    if kept is None:  # kept for rows this path answers (the scalar and vectorised states are tested equal there)
+        memo.mix_put(row, learned, mix)
+    overloaded = util > 1.0 + 1e-9
+    numbers.update(max_qps=cap.max_qps, utilization=util if overloaded else ops.minimum(util, 1.0),
+                   max_concurrency=ops.maximum(c["fit_sequences"], 0.0), overloaded=overloaded)
+    wait = latency.server_wait(c["wl_qps"], cap.max_qps, cap.concurrency)
+    numbers.update(latency_numbers(c, latency.prefill_budget(g, wl), batch, itl, rate,
+                                   latency.step_envelope_one(batch, cap.grid_batch, cap.grid_itl), wait,
+                                       ttft_fit.of(bundle), wl.burst))
+    apply_ttft(bundle, c, numbers)  # a calibrated bundle's TTFT scale (wattgpu.calibration)
+    return c, numbers, mix
 
+
+def _server_mix(bundle: ModelBundle, row: Row, c: dict[str, float], learned: bool, cap: Capacity, memo: RowMemo,
+                qps: float) -> dict[str, Any]:
+    """The solved server state of a Poisson-server row on floats (:func:`server.mix_entry`, as server_mix)."""
+    g = row[0]
     models = _AtLoad(bundle, row, c, not learned, memo)
 
     def at(conc: float, targets: tuple[str, ...] | None) -> tuple[dict[str, float], dict[str, float], float]:
@@ -271,23 +303,8 @@ def _server_numbers(bundle: ModelBundle, row: Row, c: dict[str, float], learned:
     idle = idle_power(g)
     busy = physics.busy_fraction(conc)  # type: ignore[arg-type]
     power = res[POWER] if learned else physics.server_power_mix(idle[0], res[POWER], conc)  # type: ignore[arg-type]
-    itl = res[ITL]
-    mix = mix_entry(g, learned, power, itl, busy, res[POWER], conc, batch, req_s, idle, converged, over,  # type: ignore[arg-type]
-                    cap.max_qps, cols["roofline_itl_s"])
-    rate = min(qps, cap.max_qps) * wl.output_tokens
-    util = utilization(c, cap.max_qps, batch, req_s)  # type: ignore[arg-type]
-    numbers = finish(power, itl, batch, busy, rate, c["gpu_tdp_w"], c["wl_output_tokens"], learned, c["wl_tp"])
-    if numbers["not_finite"]:
-        return None
-    overloaded = util > 1.0 + 1e-9
-    numbers.update(max_qps=cap.max_qps, utilization=util if overloaded else ops.minimum(util, 1.0),
-                   max_concurrency=ops.maximum(c["fit_sequences"], 0.0), overloaded=overloaded)
-    wait = latency.server_wait(c["wl_qps"], cap.max_qps, cap.concurrency)
-    numbers.update(latency_numbers(c, latency.prefill_budget(g, wl), batch, itl, rate,
-                                   latency.step_envelope_one(batch, cap.grid_batch, cap.grid_itl), wait,
-                                       ttft_fit.of(bundle), wl.burst))
-    apply_ttft(bundle, c, numbers)  # a calibrated bundle's TTFT scale (wattgpu.calibration)
-    return c, numbers, mix
+    return mix_entry(g, learned, power, res[ITL], busy, res[POWER], conc, batch, req_s, idle, converged, over,  # type: ignore[arg-type]
+                     cap.max_qps, cols["roofline_itl_s"])
 
 
 _ITL_ONLY = (ITL,)

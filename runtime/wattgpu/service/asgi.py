@@ -84,10 +84,13 @@ def _client(request: Request | None) -> str:
     return client.host if client is not None else ""
 
 
+# compact (json's C encoder; indent would use the slow pure-Python one), keys sorted as the CLI prints them;
+# answers are trees built fresh for each request (never cyclic), so the encoder skips its cycle bookkeeping
+_ENCODE = json.JSONEncoder(sort_keys=True, allow_nan=False, separators=(",", ":"), check_circular=False).encode
+
+
 def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    # compact (json's C encoder; indent would use the slow pure-Python one), keys sorted as the CLI prints them
-    body = json.dumps(data, sort_keys=True, allow_nan=False, separators=(",", ":"))
-    return Response(body, status_code=status, media_type="application/json", headers=headers)
+    return Response(_ENCODE(data), status_code=status, media_type="application/json", headers=headers)
 
 
 def _error(err: ApiError, headers: dict[str, str] | None = None) -> Response:

@@ -266,7 +266,15 @@ def _resolve_stream(rows: Iterator[tuple[int, dict[str, str], str | None]], defa
             raise hit
         return hit
 
+    known = _BoundedCache()  # the cells a row is resolved from → its triple (rows of a file repeat)
+    key_cols = ("llm", "gpu", "dtype") + wl_cols
     for line, row, problem in rows:
+        key = tuple(map(row.get, key_cols))
+        if problem is None:
+            hit = known.get(key)
+            if hit is not None:
+                yield line, row, hit
+                continue
         try:
             if problem is not None:
                 raise RowError(line, problem)
@@ -280,6 +288,7 @@ def _resolve_stream(rows: Iterator[tuple[int, dict[str, str], str | None]], defa
             triple: Any = (resolve("gpu", gpu_name, lambda: resolvers["gpu"](gpu_name)),
                            resolve("llm", (llm_name, dtype), lambda: with_dtype(resolvers["llm"](llm_name), dtype)),
                            resolve("wl", wl_key, lambda: row_workload(row, defaults)))
+            known.put(key, triple)
         except RowError as exc:
             triple = exc
         except SpecValidationError as exc:
@@ -300,23 +309,29 @@ def _predictions(pred: Any, triples: list[Any]) -> list[Any]:
 
 def csv_answers(prices: Prices) -> Answer:
     """An :data:`Answer` giving each row's output cells as CSV text (:func:`wattgpu.csv_table.answer_cells`);
-    rows with the same resolved (GPU, LLM, workload) objects are evaluated once (a row's answer depends on
-    those alone)."""
+    rows with the same resolved (GPU, LLM, workload) objects are evaluated once per run (a row's answer
+    depends on those alone; the answers of up to ``CACHE_LIMIT`` of them are kept, with the objects)."""
     from .csv_table import answer_cells
 
+    known = _BoundedCache()  # (id(gpu), id(llm), id(workload)) → (triple, answer)
+
     def answer(pred: Any, triples: list[Any]) -> list[Any]:
-        slot: dict[tuple[int, int, int], int] = {}
-        distinct: list[Any] = []
-        where = []
-        for t in triples:  # the rows hold the objects, so an id is not reused while this runs
+        got: list[Any] = [None] * len(triples)
+        todo: dict[tuple[int, int, int], list[int]] = {}
+        for k, t in enumerate(triples):  # the rows and `known` hold the objects, so an id is not reused meanwhile
             key = (id(t[0]), id(t[1]), id(t[2]))
-            j = slot.get(key)
-            if j is None:
-                j = slot[key] = len(distinct)
-                distinct.append(t)
-            where.append(j)
-        got = answer_cells(pred.evaluate_rows(distinct), prices)
-        return [got[j] for j in where]
+            hit = known.get(key)
+            if hit is not None and hit[0][0] is t[0] and hit[0][1] is t[1] and hit[0][2] is t[2]:
+                got[k] = hit[1]
+            else:
+                todo.setdefault(key, []).append(k)
+        if todo:
+            firsts = [triples[ks[0]] for ks in todo.values()]
+            for (key, ks), t, r in zip(todo.items(), firsts, answer_cells(pred.evaluate_rows(firsts), prices)):
+                known.put(key, (t, r))
+                for k in ks:
+                    got[k] = r
+        return got
     return answer
 
 

@@ -589,7 +589,8 @@ def _write_rows(fo: IO[str], fields: list[str], results: Iterator[tuple[int, dic
     inputs = [c for c in fields if c not in set(columns) | {"error"}]
     n_in = len(inputs)
     plain = fields[:n_in] == inputs and outs == list(range(n_in, n_in + len(outs))) and err_at == len(fields) - 1
-    pending: list[str] = [_line(fields, quote)]
+    fo.write(_line(fields, quote))  # the header at once, as csv.writer wrote it (--output - streams)
+    pending: list[str] = []
     for _, row, r in results:
         summary.rows_read += 1
         if isinstance(r, WattGPUError):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 import sys
 import stat
 import tempfile
@@ -265,7 +266,15 @@ def _resolve_stream(rows: Iterator[tuple[int, dict[str, str], str | None]], defa
             raise hit
         return hit
 
+    known = _BoundedCache()  # the cells a row is resolved from → its triple (rows of a file repeat)
+    key_cols = ("llm", "gpu", "dtype") + wl_cols
     for line, row, problem in rows:
+        key = tuple(map(row.get, key_cols))
+        if problem is None:
+            hit = known.get(key)
+            if hit is not None:
+                yield line, row, hit
+                continue
         try:
             if problem is not None:
                 raise RowError(line, problem)
@@ -279,6 +288,7 @@ def _resolve_stream(rows: Iterator[tuple[int, dict[str, str], str | None]], defa
             triple: Any = (resolve("gpu", gpu_name, lambda: resolvers["gpu"](gpu_name)),
                            resolve("llm", (llm_name, dtype), lambda: with_dtype(resolvers["llm"](llm_name), dtype)),
                            resolve("wl", wl_key, lambda: row_workload(row, defaults)))
+            known.put(key, triple)
         except RowError as exc:
             triple = exc
         except SpecValidationError as exc:
@@ -290,8 +300,46 @@ def _resolve_stream(rows: Iterator[tuple[int, dict[str, str], str | None]], defa
         yield line, row, triple
 
 
+Answer = Callable[[Any, list[Any]], list[Any]]  # (predictor, resolved rows) → one result or WattGPUError per row
+
+
+def _predictions(pred: Any, triples: list[Any]) -> list[Any]:
+    return pred.predict_specs_safe(triples)
+
+
+def csv_answers(prices: Prices) -> Answer:
+    """An :data:`Answer` giving each row's output cells as CSV text (:func:`wattgpu.csv_table.answer_cells`);
+    rows with the same resolved (GPU, LLM, workload) objects are evaluated once per run (a row's answer
+    depends on those alone; the answers of up to ``CACHE_LIMIT`` of them are kept, with the objects)."""
+    from .csv_table import answer_cells
+
+    known = _BoundedCache()  # (id(gpu), id(llm), id(workload)) → (triple, answer)
+
+    def answer(pred: Any, triples: list[Any]) -> list[Any]:
+        got: list[Any] = [None] * len(triples)
+        todo: dict[tuple[int, int, int], list[int]] = {}
+        for k, t in enumerate(triples):  # the rows and `known` hold the objects, so an id is not reused meanwhile
+            key = (id(t[0]), id(t[1]), id(t[2]))
+            hit = known.get(key)
+            if hit is not None and hit[0][0] is t[0] and hit[0][1] is t[1] and hit[0][2] is t[2]:
+                got[k] = hit[1]
+            else:
+                todo.setdefault(key, []).append(k)
+        if todo:
+            firsts = [triples[ks[0]] for ks in todo.values()]
+            for (key, ks), t, r in zip(todo.items(), firsts, answer_cells(pred.evaluate_rows(firsts), prices)):
+                known.put(key, (t, r))
+                for k in ks:
+                    got[k] = r
+        return got
+    return answer
+
+
 def _predict_stream(rows: Iterator[tuple[int, dict[str, str], str | None]], defaults: Workload | None,
-                    predictor: Any, chunk: int) -> Iterator[tuple[int, dict[str, str], Any]]:
+                    predictor: Any, chunk: int, answer: Answer = _predictions
+                    ) -> Iterator[tuple[int, dict[str, str], Any]]:
+    """Each CSV row as ``(line, row, result | RowError)``, ``chunk`` rows evaluated at a time; a result is
+    what ``answer`` makes of the row (default: its Prediction)."""
     from .predictor import default_predictor
 
     pred = predictor or default_predictor()
@@ -300,7 +348,7 @@ def _predict_stream(rows: Iterator[tuple[int, dict[str, str], str | None]], defa
 
     def flush() -> Iterator[tuple[int, dict[str, str], Any]]:
         ok = [(i, t) for i, (_, _, t) in enumerate(pending) if isinstance(t, tuple)]
-        results = pred.predict_specs_safe([t for _, t in ok]) if ok else []
+        results = answer(pred, [t for _, t in ok]) if ok else []
         out = {i: r for (i, _), r in zip(ok, results)}
         for i, (line, row, t) in enumerate(pending):
             r = out.get(i, t)
@@ -460,7 +508,7 @@ def predict_csv(in_path: str, out_path: str, on_error: str = "skip", defaults: W
                 err_fd, err_tmp = _temp_next_to(err_out)
                 err_fo = os.fdopen(err_fd, "w", newline="", encoding="utf-8")
             try:
-                stream = _predict_stream(rows, defaults, predictor, chunk)
+                stream = _predict_stream(rows, defaults, predictor, chunk, csv_answers(prices))
                 reporter = _Reporter(report, report_limit, err_fo, examples)
                 if to_stdout:  # streamed as it is predicted: with on_error="stop", rows before the bad one are out
                     _write_rows(sys.stdout, fields, stream, on_error, prices, reporter, summary)
@@ -525,49 +573,64 @@ WRITE_ROWS = 1024  # rows formatted before one write (a bad row with on_error="s
 
 
 def _write_rows(fo: IO[str], fields: list[str], results: Iterator[tuple[int, dict[str, str], Any]],
-                on_error: str, prices: Prices,
-                report: Callable[[WattGPUError], None], summary: BatchSummary) -> None:
-    """Write the header ``fields`` and one row per result: the input cells, then the prediction's
-    (:func:`wattgpu.record.csv_row`; an output column already in the input is overwritten in place) or
-    the row's ``error``."""
-    w = csv.writer(fo)
-    w.writerow(fields)
+                on_error: str, prices: Prices, report: Callable[[WattGPUError], None], summary: BatchSummary) -> None:
+    """Write the header ``fields`` and one row per result: the input cells, then the row's output cells (CSV
+    text from :func:`csv_answers`, or a Prediction's :func:`wattgpu.record.csv_row` priced with ``prices``; an
+    output column already in the input is overwritten in place) or the row's ``error``; the text
+    ``csv.writer`` would write."""
+    from .csv_table import quote, text
+
+    cells_of = record.csv_row(prices)
+
+    columns = record.csv_columns()
     at = {c: i for i, c in enumerate(fields)}
-    outs = [at[c] for c in record.csv_columns()]
+    outs = [at[c] for c in columns]
     err_at = at["error"]
-    inputs = [c for c in fields if c not in set(record.csv_columns()) | {"error"}]
+    inputs = [c for c in fields if c not in set(columns) | {"error"}]
     n_in = len(inputs)
     plain = fields[:n_in] == inputs and outs == list(range(n_in, n_in + len(outs))) and err_at == len(fields) - 1
-    cells_of = record.csv_row(prices)
-    pending: list[list[Any]] = []
+    fo.write(_line(fields, quote))  # the header at once, as csv.writer wrote it (--output - streams)
+    pending: list[str] = []
     for _, row, r in results:
         summary.rows_read += 1
         if isinstance(r, WattGPUError):
             if on_error == "stop":
-                w.writerows(pending)
+                fo.write("".join(pending))
                 raise r
             summary.skipped += 1
             summary.reasons[getattr(r, "reason", "not predictable")] += 1
             report(r)
             out = [row.get(c, "") for c in fields]  # an output column of the input keeps its cell
             out[err_at] = getattr(r, "problem", str(r))
+            pending.append(_line(out, quote))
         else:
             summary.predicted += 1
-            cells = cells_of(r)
+            if not isinstance(r, tuple):  # a Prediction
+                r = tuple(map(text, cells_of(r)))
             if plain:  # the usual header: input columns, then the output columns, then error
-                out = [row.get(c, "") for c in inputs]
-                out += cells
-                out.append("")
+                pending.append(_line([row.get(c, "") for c in inputs], quote, ",".join(r) + ","))
             else:
-                out = [row.get(c, "") for c in fields]
-                for i, v in zip(outs, cells):
+                out = [quote(row.get(c, "")) for c in fields]
+                for i, v in zip(outs, r):
                     out[i] = v
                 out[err_at] = ""
-        pending.append(out)
+                pending.append(",".join(out) + "\r\n")
         if len(pending) >= WRITE_ROWS:
-            w.writerows(pending)
+            fo.write("".join(pending))
             pending.clear()
-    w.writerows(pending)
+    fo.write("".join(pending))
+
+
+_QUOTED = re.compile('["\r\n]')
+
+
+def _line(cells: list[str], quote: Callable[[str], str], tail: str = "") -> str:
+    """One CSV line of ``cells`` as ``csv.writer`` writes it, then ``tail`` (cells already as text, after a
+    comma) and the line end."""
+    text = ",".join(cells)
+    if text.count(",") != len(cells) - 1 or _QUOTED.search(text) is not None:
+        text = ",".join(map(quote, cells))
+    return f"{text},{tail}\r\n" if tail else text + "\r\n"
 
 
 def _temp_next_to(path: str) -> tuple[int, str]:

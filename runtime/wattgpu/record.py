@@ -394,7 +394,12 @@ def _cell(value: Any) -> Any:
     return value
 
 
-_ENERGY_CSV = tuple(eo.name for eo in ENERGY if eo.csv is not None)
+ENERGY_CSV = tuple(eo.name for eo in ENERGY if eo.csv is not None)  # the energy keys that are CSV columns
+
+
+def is_level80(level: float) -> bool:
+    """Whether an interval of ``level`` (0.8) is the one the CSV's ``*_80_low``/``*_80_high`` columns hold."""
+    return round(level * 100) == 80
 
 
 def _interval_prefix(name: str) -> str:
@@ -443,7 +448,7 @@ def _csv_step(o: Out, prices: Prices) -> Callable[[Any, list[Any]], None]:
 
     def energy(p: Any, out: list[Any]) -> None:
         e = p.energy(*prices)
-        out.extend([_cell(e[k]) for k in _ENERGY_CSV])
+        out.extend([_cell(e[k]) for k in ENERGY_CSV])
 
     def cell(p: Any, out: list[Any]) -> None:
         out.append(_cell(read(p)))
@@ -459,7 +464,7 @@ def _csv_step(o: Out, prices: Prices) -> Callable[[Any, list[Any]], None]:
         out.append(read(p).get("kind", ""))
 
     def interval80(p: Any, out: list[Any]) -> None:
-        hit = next((i for i in read(p) if round(i.level * 100) == 80), None)
+        hit = next((i for i in read(p) if is_level80(i.level)), None)
         out.extend(("", "") if hit is None else (hit.low, hit.high))
     return {"energy": energy, "cell": cell, "resolved": cell, "join": join, "summary": summary, "kind": kind,
             "interval80": interval80}[str(form)]

@@ -275,40 +275,22 @@ def prediction(bundle: ModelBundle, i: int, row: Row, cols: F.Columns, numbers: 
     if numbers["not_finite"][i]:
         raise not_finite_error(row)
     memo = memo_for(bundle) if memo is None else memo
-    warnings = list(memo.domain(bundle, gpu, llm, wl))
-    warnings.extend(context_warnings(llm, wl))
-    warnings.extend(tp_warnings(bundle.schema.domain, gpu, llm, wl))
     wl_dict = memo.spec(wl, _workload_dict)
     max_qps, overloaded = float(numbers["max_qps"][i]), bool(numbers["overloaded"][i])
     max_conc = int(numbers["max_concurrency"][i])
-    warnings.extend(capacity_warnings(gpu, wl, overloaded, max_qps, int(cols["fit_batch"][i]), max_conc,
-                                      saturated=float(numbers["utilization"][i]) >= 1.0))
+    warnings = row_warnings(bundle, row, memo, mix, overloaded, max_qps, int(cols["fit_batch"][i]), max_conc,
+                            float(numbers["utilization"][i]), float(numbers["raw_power_w"][i]))
     power, itl = float(numbers["power_w"][i]), float(numbers["itl_s"][i])
     batch, tokens_per_s = float(numbers["effective_batch"][i]), float(numbers["throughput_tok_s"][i])
-    idle_w: float | None = None
-    idle_src: str | None = None
-    if mix is not None:
-        idle_w, idle_src = mix["idle_w"], mix["idle_source"]
-        method = ("learned (server rows in training)" if mix["learned"]
-                  else "server mix: idle + busy fraction × (learned busy power − idle)")
-        warnings.extend(server_warnings(gpu, mix))
-    else:
-        method = "learned (server rows in training)" if numbers["server_learned"][i] else "learned"
-    raw = float(numbers["raw_power_w"][i])
-    if raw > gpu.tdp_w:
-        warnings.append(f"predicted power {raw:.0f} W exceeds TDP {gpu.tdp_w:.0f} W; capped at TDP")
+    idle_w, idle_src = (None, None) if mix is None else (mix["idle_w"], mix["idle_source"])
+    method = power_method(mix, bool(numbers["server_learned"][i]))
     scen = physics.paper_scenario(wl.kind, wl.qps)
     baselines = {"tdp_w": gpu.tdp_w, "ls_tdp_w": physics.ls_tdp_power_w(gpu.tdp_w, scen),
                  "prefill_roofline_s": float(numbers["prefill_roofline_s"][i]),
                  # at the batch the ITL is predicted at: a server's solved busy batch, not the offline cap
                  "roofline_itl_s": float(cols["roofline_itl_s"][i]) if mix is None else mix["roofline_itl_s"],
                  "tdp_total_w": gpu.tdp_w * wl.tp, "ls_tdp_total_w": physics.ls_tdp_power_w(gpu.tdp_w, scen) * wl.tp}
-    factors = bundle.interval_factors
-    calibrated = None
-    if bundle.schema.calibration is not None:
-        cal = calibration_of(bundle)
-        calibrated = memo.spec(gpu, cal.describe)  # type: ignore[union-attr]
-        factors = {t: scaled_factors(f, cal.interval_scale(gpu, t)) for t, f in factors.items()}  # type: ignore[union-attr]
+    factors, calibrated = gpu_factors(bundle, gpu, memo)
     return _new_prediction(
         llm=llm.name, gpu=gpu.name, workload=dict(wl_dict), power_w=power, itl_s=itl,
         system_s_per_token=float(numbers["system_s_per_token"][i]), throughput_tok_s=tokens_per_s,
@@ -338,6 +320,44 @@ def prediction(bundle: ModelBundle, i: int, row: Row, cols: F.Columns, numbers: 
                         "prefill_efficiency": latency.PREFILL_EFFICIENCY},
         bound=latency.bound(float(numbers["step_memory_s"][i]), float(numbers["step_compute_s"][i]),
                             float(numbers["step_interconnect_s"][i])))
+
+
+def row_warnings(bundle: ModelBundle, row: Row, memo: "RowMemo", mix: dict[str, Any] | None, overloaded: bool,
+                 max_qps: float, fit_batch: int, max_concurrency: int, utilization: float,
+                 raw_power_w: float) -> list[str]:
+    """A prediction's warnings, in order: training domain and model flags, context, tensor parallelism,
+    capacity, the server solve (``mix``) and a power capped at TDP (``raw_power_w`` above it)."""
+    gpu, llm, wl = row
+    warnings = list(memo.domain(bundle, gpu, llm, wl))
+    warnings.extend(context_warnings(llm, wl))
+    warnings.extend(tp_warnings(bundle.schema.domain, gpu, llm, wl))
+    warnings.extend(capacity_warnings(gpu, wl, overloaded, max_qps, fit_batch, max_concurrency,
+                                      saturated=utilization >= 1.0))
+    if mix is not None:
+        warnings.extend(server_warnings(gpu, mix))
+    if raw_power_w > gpu.tdp_w:
+        warnings.append(f"predicted power {raw_power_w:.0f} W exceeds TDP {gpu.tdp_w:.0f} W; capped at TDP")
+    return warnings
+
+
+def power_method(mix: dict[str, Any] | None, server_learned: bool) -> str:
+    """How a row's mean power was obtained: learned, or a Poisson server's idle/busy mix (``mix``)."""
+    if mix is not None:
+        return ("learned (server rows in training)" if mix["learned"]
+                else "server mix: idle + busy fraction × (learned busy power − idle)")
+    return "learned (server rows in training)" if server_learned else "learned"
+
+
+def gpu_factors(bundle: ModelBundle, gpu: Any, memo: "RowMemo") -> tuple[Mapping[str, Any], dict[str, Any] | None]:
+    """The interval factors of a row on ``gpu`` (target → ((level, low, high), ...)) and what a calibrated
+    bundle changed for that GPU (None when the bundle is not calibrated)."""
+    factors = bundle.interval_factors
+    if bundle.schema.calibration is None:
+        return factors, None
+    cal = calibration_of(bundle)
+    calibrated = memo.spec(gpu, cal.describe)  # type: ignore[union-attr]
+    return ({t: scaled_factors(f, cal.interval_scale(gpu, t)) for t, f in factors.items()},  # type: ignore[union-attr]
+            calibrated)
 
 
 _PREDICTION_FIELDS = frozenset(f.name for f in fields(Prediction))

@@ -35,7 +35,7 @@ def test_rank_sorts_by_cost_and_needs_a_price() -> None:
     assert r.exit_code == 2 and "needs a price" in r.stderr
     import json
 
-    from wattgpu.rank import cost_per_mtok
+    from wattgpu.ranking import cost_per_mtok
 
     r = CliRunner().invoke(main, [*args, "--usd-per-gpu-hour", "2", "--usd-per-kwh", "0.1", "--json"])
     assert r.exit_code == 0, r.output

@@ -11,7 +11,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from .energy import Prices
 from .errors import WattGPUError
-from .rank import RankResult
+from .ranking import RankResult
 from .workload import Workload
 
 
@@ -35,7 +35,7 @@ def predict_answer(predictor: Any, gpu: Any, llm: Any, workload: Workload, *, dt
     sla: dict[str, Any] | None = None
     if max_itl_ms is not None or max_ttft_ms is not None:
         from .questions import check_sla_ms
-        from .rank import search_caps
+        from .ranking import search_caps
 
         check_sla_ms(max_itl_ms, max_ttft_ms)
         row = (predictor.resolve_gpu(gpu), spec, workload)
@@ -60,8 +60,8 @@ def rank_result(predictor: Any, llm: Any, workload: Workload, *, tp_auto: bool =
 
     ``tp_auto`` ranks groups of 1, 2, 4 and 8 GPUs. When the degree was not given (``tp_given`` False) and
     no GPU holds the model alone, the ranking is redone as ``tp_auto`` (the question is then which group
-    of GPUs) and the second value is True. ``options`` are :func:`wattgpu.rank.rank`'s keywords."""
-    from .rank import rank
+    of GPUs) and the second value is True. ``options`` are :func:`wattgpu.ranking.rank`'s keywords."""
+    from .ranking import rank
 
     def ranked(tp: str | None) -> RankResult:
         return rank(llm, workload, gpus=gpus, predictor=predictor, tp=tp, **options)

@@ -1,0 +1,87 @@
+"""Cold start (issue 37): ``import wattgpu`` loads only the package and its errors; every public name still
+resolves (PEP 562 lazy attributes), and one prediction loads none of the modules it does not need."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from .helpers import run_py
+
+# Modules a plain prediction with the packaged (uncalibrated) bundle must not import.
+NOT_ON_PREDICT = ("wattgpu.ranking", "wattgpu.questions", "wattgpu.layout", "wattgpu.fleet", "wattgpu.launch",
+                  "wattgpu.calibration", "wattgpu.cli", "numpy.ma", "pathlib")
+
+
+def _run_json(code: str) -> object:
+    res = run_py(code)
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def test_import_wattgpu_loads_only_the_package_and_its_errors() -> None:
+    loaded = _run_json("import sys, json\nbefore = set(sys.modules)\nimport wattgpu\n"
+                       "print(json.dumps(sorted(set(sys.modules) - before)))")
+    assert [m for m in loaded if m.startswith("wattgpu")] == ["wattgpu", "wattgpu.errors"]  # type: ignore[union-attr]
+    assert "numpy" not in loaded  # type: ignore[operator]
+
+
+def test_a_prediction_skips_what_it_does_not_need() -> None:
+    loaded = _run_json("import sys, json, wattgpu\n"
+                       "p = wattgpu.predict('NVIDIA A100 SXM4 40GB', 'meta-llama/Llama-3.1-8B-Instruct')\n"
+                       "assert p.power_w > 0\n"
+                       f"print(json.dumps([m for m in {NOT_ON_PREDICT!r} if m in sys.modules]))")
+    assert loaded == []
+
+
+def test_every_public_name_resolves_in_a_fresh_process() -> None:
+    got = _run_json("import json, wattgpu\n"
+                    "names = {}\n"
+                    "for name in wattgpu.__all__:\n"
+                    "    exec(f'from wattgpu import {name} as v', names)\n"
+                    "    names[name] = names['v'] is getattr(wattgpu, name)\n"
+                    "print(json.dumps({k: v for k, v in names.items() if k in wattgpu.__all__}))")
+    assert set(got) == set(__import__("wattgpu").__all__)  # type: ignore[arg-type]
+    assert all(got.values()), got  # type: ignore[union-attr]
+
+
+def test_public_names_are_their_modules_objects() -> None:
+    import wattgpu
+    from wattgpu import prediction, predictor, ranking, specs, workload
+
+    assert wattgpu.rank is ranking.rank and wattgpu.RankResult is ranking.RankResult
+    assert wattgpu.Prediction is prediction.Prediction and wattgpu.Predictor is predictor.Predictor
+    assert wattgpu.Catalog is specs.Catalog and wattgpu.default_catalog is specs.default_catalog
+    assert wattgpu.Workload is workload.Workload
+    assert set(wattgpu.__all__) <= set(dir(wattgpu))
+
+
+@pytest.mark.parametrize("first", ["import wattgpu.ranking", "from wattgpu.ranking import rank",
+                                   "import wattgpu.cli", "from wattgpu import rank", "pass"])
+def test_rank_stays_the_function_whatever_is_imported_first(first: str) -> None:
+    """``wattgpu.rank`` is the public function; its module is ``wattgpu.ranking``, so importing the module
+    (the CLI does) cannot rebind the package attribute to a module."""
+    got = _run_json(f"import json\n{first}\nimport wattgpu, wattgpu.ranking\n"
+                    "r = wattgpu.rank('meta-llama/Llama-3.1-8B-Instruct', gpus=['NVIDIA A100 SXM4 40GB'])\n"
+                    "print(json.dumps([callable(wattgpu.rank), wattgpu.rank is wattgpu.ranking.rank, r.best.gpu]))")
+    assert got == [True, True, "NVIDIA A100 SXM4 40GB"]
+
+
+def test_submodules_resolve_as_attributes_and_unknown_names_fail() -> None:
+    got = _run_json("import json, wattgpu\n"
+                    "ok = wattgpu.specs.__name__ == 'wattgpu.specs' and wattgpu.bundle.__name__ == 'wattgpu.bundle'\n"
+                    "try:\n    wattgpu.no_such_thing\n    missing = False\n"
+                    "except AttributeError:\n    missing = True\n"
+                    "print(json.dumps([ok, missing, hasattr(wattgpu, 'no_such_thing')]))")
+    assert got == [True, True, False]
+
+
+def test_batch_grid_is_strictly_increasing() -> None:
+    """capacity.BATCH_GRID is sorted, not np.unique'd (numpy.ma stays off the cold start): it must hold
+    distinct values all the same."""
+    import numpy as np
+
+    from wattgpu.capacity import BATCH_GRID
+
+    assert np.all(np.diff(BATCH_GRID) > 0) and BATCH_GRID[0] == 1.0 and BATCH_GRID[-1] == 65536.0
+    assert np.array_equal(BATCH_GRID, np.unique(BATCH_GRID))

@@ -8,6 +8,8 @@ import numpy as np
 from wattgpu import Predictor, Workload
 from wattgpu.predictor import TABLE_FIELDS
 
+from .helpers import assert_rows_equal_alone
+
 
 def test_table_equals_prediction_fields_and_reports_bad_rows() -> None:
     pred = Predictor()
@@ -77,3 +79,20 @@ def test_repeated_server_rows_are_solved_once_with_the_same_numbers() -> None:
         alone = pred.predict_specs([row])[0]
         for f in TABLE_FIELDS:
             assert table[f][k] == getattr(alone, f) or (math.isnan(table[f][k]) and getattr(alone, f) is None), f
+
+
+def test_mixed_kinds_equal_each_kind_alone() -> None:
+    """A table mixing Poisson-server rows with offline and closed-loop rows (the models run on the non-server
+    rows only; server rows come from the solved mix) equals each row predicted alone, field for field, for
+    every number of the vectorised core."""
+    from wattgpu import results
+
+    pred = Predictor()
+    cat = pred.catalog
+    llms = [cat.llm(n) for n in ("meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct")]
+    wls = [Workload(), Workload(kind="server", qps=0.5), Workload(kind="closed_loop", concurrency=8),
+           Workload(kind="server", qps=50.0, max_batch=16), Workload(max_batch=4)]
+    rows = [(g, m, w) for g in cat.gpus[::4] for m in llms for w in wls]
+    together = pred.evaluate_rows(rows)
+    assert len(together.slot) > 20 and set(results.TABLE_FIELDS) <= set(together.numbers)
+    assert_rows_equal_alone(pred, rows, together)

@@ -22,17 +22,19 @@ def test_sessions_have_no_growing_arena_or_per_shape_patterns(pred: Predictor) -
 def test_row_memo_is_bounded(pred: Predictor, monkeypatch: pytest.MonkeyPatch) -> None:
     limit = 8
     monkeypatch.setattr(results.RowMemo, "LIMIT", limit)
+    monkeypatch.setattr(results.RowMemo, "MIX_LIMIT", limit)
     memo = results.memo_for(pred.bundle)
     memo.clear()
     cat = default_catalog()
     gpus = list(cat.gpus)[:6]
     llm = cat.llm("meta-llama/Llama-3.1-8B-Instruct")
-    seen_max = {"specs": 0, "warnings": 0, "capacities": 0}
+    seen_max = {"specs": 0, "warnings": 0, "capacities": 0, "mixes": 0}
     for i in range(60):  # every row a new Workload object: every call adds memo entries
         rows = [(g, llm, Workload(max_batch=1 + (i + j) % 64, input_tokens=100 + i)) for j, g in enumerate(gpus)]
         pred.predict_table(rows)
         rank(llm, Workload(kind="closed_loop", concurrency=1 + i), predictor=pred, gpus=gpus)
+        rank(llm, Workload(kind="server", qps=0.1 * (1 + i)), predictor=pred, gpus=gpus)  # solved server states
         for name in seen_max:
             seen_max[name] = max(seen_max[name], len(getattr(memo, name)))
     assert all(n <= limit + 1 for n in seen_max.values()), seen_max
-    assert seen_max["specs"] == limit + 1  # it did fill, so the bound was exercised
+    assert seen_max["specs"] == limit + 1 and seen_max["mixes"] == limit + 1  # they did fill: the bound was exercised

@@ -14,6 +14,8 @@ from wattgpu import features as F
 from wattgpu.results import capacities
 from wattgpu.serving.solve import RTOL, solve_concurrency
 
+from .helpers import assert_rows_equal_alone
+
 GRID = np.array([1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0])  # concurrencies, as a capacity grid
 
 
@@ -168,3 +170,84 @@ def test_one_row_bracket_on_floats_equals_the_array_bracket(req: list, qps: floa
                                       GRID[None, :], np.array([req]))
     assert ok == bool(want_ok[0])
     assert np.float64(got).tobytes() == np.float64(want[0]).tobytes()
+
+
+def _bits(x: object) -> object:
+    return np.asarray(x, dtype=np.float64).tobytes() if isinstance(x, (float, np.ndarray)) else x
+
+
+def _cap_rows(pred: Predictor) -> list:
+    """Catalog GPUs × two LLMs × three rates × every batch cap the SLA search tries (rows that differ in their
+    cap only), plus a TP-2 group and rows whose rate overloads the GPU."""
+    from wattgpu.rank import batch_caps
+
+    cat = pred.catalog
+    llms = [cat.llm(n) for n in ("Qwen/Qwen2.5-0.5B-Instruct", "meta-llama/Llama-3.1-8B-Instruct")]
+    rows = [(g, m, Workload(kind="server", qps=q, max_batch=b, tp=tp)) for g in cat.gpus[::3] for m in llms
+            for q in (0.05, 0.5, 30.0) for tp in (1, 2) for b in batch_caps(256)]
+    return [r for r, p in zip(rows, pred.predict_specs_safe(rows)) if not isinstance(p, Exception)]
+
+
+def test_rows_differing_in_their_cap_share_evaluations_with_the_same_answers(pred: Predictor) -> None:
+    """server_mix with cap classes (each (class, concurrency) evaluated once) gives every row's solved state
+    bit for bit as evaluating each row on its own: the fast path only re-indexes the same model rows."""
+    good = _cap_rows(pred)
+    cols = F.columns(good)
+    assert not assemble.reads(pred.bundle, "wl_max_batch")
+    classes = F.cap_classes(cols)
+    assert len(np.unique(classes)) < len(good) / 4  # caps of one set-up share a class
+
+    def evaluate(at, targets=None):
+        return assemble.evaluate(pred.bundle, at, targets)
+
+    learned = "server" in pred.bundle.schema.domain.get("kinds", ())
+    cap = capacities(pred.bundle, evaluate, good, cols, learned)
+    alone = server.server_mix(evaluate, good, cols, learned, cap["limit"], cap)
+    shared = server.server_mix(evaluate, good, cols, learned, cap["limit"], cap, classes)
+    assert any(m["overloaded"] for m in alone.values()) and not all(m["overloaded"] for m in alone.values())
+    for k in range(len(good)):
+        assert {f: _bits(v) for f, v in shared[k].items()} == {f: _bits(v) for f, v in alone[k].items()}, good[k]
+
+
+def test_request_time_with_classes_equals_each_row_alone(pred: Predictor) -> None:
+    """capacity.request_time with cap classes: every output of every row bit for bit as without, at
+    concurrencies within, at and beyond the caps, NaN and 0 included."""
+    good = _cap_rows(pred)
+    cols = F.columns(good)
+    classes = F.cap_classes(cols)
+
+    def evaluate(at, targets=None):
+        return assemble.evaluate(pred.bundle, at, targets)
+
+    rng = np.random.default_rng(3)
+    limit = capacity.batch_limit(cols)
+    idx = rng.integers(0, len(good), size=600)
+    conc = np.concatenate([rng.choice([0.0, 0.3, 1.0, 2.0, 3.0, 7.5, 300.0, math.nan], size=300),
+                           rng.uniform(0.0, 40.0, size=300)])
+    for learned in (False, True):
+        for targets in (("itl",), None):
+            want = capacity.request_time(evaluate, cols, idx, conc, limit[idx], learned, targets)
+            got = capacity.request_time(evaluate, cols, idx, conc, limit[idx], learned, targets, classes)
+            assert got.keys() == want.keys() and got["res"].keys() == want["res"].keys()
+            for k in ("batch", "roofline_itl_s", "request_s"):
+                assert _bits(got[k]) == _bits(want[k]), (k, learned)
+            for t in want["res"]:
+                assert _bits(got["res"][t]) == _bits(want["res"][t]), (t, learned)
+
+
+def test_memoised_server_states_equal_fresh_solves(pred: Predictor) -> None:
+    """The row memo's solved server states: an evaluation that takes half its rows' states from the memo gives
+    every number bit for bit as each row alone with the memo cleared, and a caller changing the states it got
+    leaves the memo's intact."""
+    from wattgpu.results import memo_for
+
+    rows = _cap_rows(pred)
+    memo = memo_for(pred.bundle)
+    memo.clear()
+    cold = pred.evaluate_rows(rows)
+    assert len(memo.mixes) > 0
+    for m in cold.mix.values():
+        m["power"] = -1.0  # a caller's change must not reach the memo
+    for key in list(memo.mixes)[::2]:
+        del memo.mixes[key]  # half the rows solved again, half from the memo
+    assert_rows_equal_alone(pred, rows, pred.evaluate_rows(rows), clear_memo=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -224,3 +225,17 @@ def test_does_not_fit_suggests_engine_settings_and_groups_that_fit(pred: Predict
     assert fits.max_concurrency is not None and fits.max_concurrency >= 1
     res = rank(LLM70, Workload(), gpus=["H100 SXM"], tp=1, predictor=pred)
     assert not res.candidates and "tp auto ranks the groups" in res.excluded[0].reason
+
+
+def test_kept_server_waits_equal_the_recursion() -> None:
+    """server_wait keeps recent answers: a repeat (and any rate, zero, NaN or beyond capacity) gives exactly
+    what the Erlang recursion gives."""
+    rng = np.random.default_rng(5)
+    cases = [(float(q), float(m), float(s)) for q, m, s in zip(rng.uniform(0.0, 3.0, 300), rng.uniform(0.1, 3.0, 300),
+                                                               rng.choice([0.5, 1.0, 3.0, 37.0, 256.0], 300))]
+    cases += [(0.0, 1.0, 4.0), (-0.0, 1.0, 4.0), (math.nan, 1.0, 4.0), (0.5, math.inf, 4.0), (0.5, 1.0, math.nan)]
+    for _ in range(2):
+        for q, m, s in cases:
+            want = latency._wait(q, m, s) if (q < m and math.isfinite(m) and s >= 1) else math.nan
+            got = latency.server_wait(q, m, s)
+            assert np.float64(got).tobytes() == np.float64(want).tobytes(), (q, m, s)

@@ -39,8 +39,7 @@ def predict_answer(predictor: Any, gpu: Any, llm: Any, workload: Workload, *, dt
 
         check_sla_ms(max_itl_ms, max_ttft_ms)
         row = (predictor.resolve_gpu(gpu), spec, workload)
-        found, chosen, _, why = search_caps(predictor, [row], predictor.predict_specs_safe([row]), False,
-                                            max_itl_ms, max_ttft_ms)[0]
+        found, chosen, _, why = search_caps(predictor, [row], False, max_itl_ms, max_ttft_ms)[0]
         if isinstance(found, WattGPUError):
             raise found
         pred = found

@@ -49,7 +49,12 @@ def steady(cols: Any) -> Any:
 
 def reads_kind(bundle: ModelBundle) -> bool:
     """Whether any model of ``bundle`` takes the workload kind as an input."""
-    return any(KIND in feature_names(m) for m in bundle.schema.models.values())
+    return reads(bundle, KIND)
+
+
+def reads(bundle: ModelBundle, column: str) -> bool:
+    """Whether any model of ``bundle`` takes the feature ``column`` as an input."""
+    return any(column in feature_names(m) for m in bundle.schema.models.values())
 
 
 _NAMES: dict[int, tuple[Any, tuple[str, ...]]] = {}

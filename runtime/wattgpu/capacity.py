@@ -68,19 +68,49 @@ def load_point(conc: Any, cap: Any, learned: bool) -> tuple[Any, Any]:
 
 def request_time(evaluate: Callable[..., dict[str, np.ndarray]], cols: F.Columns, index: np.ndarray,
                  conc: np.ndarray, cap: np.ndarray, learned: bool,
-                 targets: Sequence[str] | None = None) -> dict[str, Any]:
+                 targets: Sequence[str] | None = None, classes: np.ndarray | None = None) -> dict[str, Any]:
     """Per-request time in the system at mean concurrency ``conc`` for rows ``index`` of ``cols`` (at
     most ``cap`` sequences decode at once).
 
     Without server rows in training the models are evaluated as a closed loop at the busy batch
     (zero-truncated Poisson mean, capped at ``cap``); with them (``learned``), as the server workload
     at concurrency ``conc`` (capped). Returns ``request_s``, the model outputs ``res`` and ``batch``.
+
+    ``classes`` (per row of ``cols``, :func:`wattgpu.features.cap_classes`; only for models that do not read
+    ``wl_max_batch``): rows of one class at the same model concurrency within their caps are evaluated once
+    (the batch caps a search tries climb alike at a light load).
     """
     batch, level = load_point(np.asarray(conc, dtype=np.float64), np.asarray(cap, dtype=np.float64), learned)
+    index = np.asarray(index, dtype=np.intp)
+    first, back = (None, None) if classes is None else _same_point(classes, cols["wl_max_batch"], index, level)
+    if first is not None:
+        index, level = index[first], level[first]
     at = F.with_concurrency(cols, index, level, closed_loop=not learned)
     res = evaluate(at) if targets is None else evaluate(at, targets)  # only ``targets`` (ITL suffices for W)
-    return {"res": res, "batch": at["eff_batch"] if learned else batch, "roofline_itl_s": at["roofline_itl_s"],
-            "request_s": request_s(at, res["itl"]) if "itl" in res else None}
+    req = request_s(at, res["itl"]) if "itl" in res else None
+    if back is None:
+        return {"res": res, "batch": at["eff_batch"] if learned else batch, "roofline_itl_s": at["roofline_itl_s"],
+                "request_s": req}
+    return {"res": {k: v[back] for k, v in res.items()}, "batch": at["eff_batch"][back] if learned else batch,
+            "roofline_itl_s": at["roofline_itl_s"][back], "request_s": None if req is None else req[back]}
+
+
+def _same_point(classes: np.ndarray, max_batch: np.ndarray, index: np.ndarray,
+                level: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """(first, back): the rows ``index`` to evaluate at model concurrency ``level`` (each distinct (class, level)
+    once, where the level is within the row's cap ``max_batch``) and where each row's result is among them;
+    (None, None) when every row is distinct."""
+    n = len(index)
+    if n < 2:
+        return None, None
+    shared = level <= max_batch[index]  # NaN: not shared
+    key = np.empty((n, 2), dtype=np.int64)
+    key[:, 0] = np.where(shared, classes[index], -1 - np.arange(n))
+    key[:, 1] = np.ascontiguousarray(level, dtype=np.float64).view(np.int64)  # by bits
+    _, first, back = np.unique(key.view(np.dtype((np.void, 16))).ravel(), return_index=True, return_inverse=True)
+    if len(first) == n:
+        return None, None
+    return first, back.reshape(-1)
 
 
 def capacity_table(evaluate: Callable[[F.Columns], dict[str, np.ndarray]], triples: Sequence[tuple[Any, Any, Any]],

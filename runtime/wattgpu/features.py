@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from .derived import Columns, derive, flop_s, layer_overhead_s, weight_read_s
 from .feature_registry import REGISTRY, Feature, feature, matrix, row_vector
-from .raw_columns import (GPU_COLUMN_KEYS, MEMORY_TYPE_ORDER, MODEL_TYPES, RAW_KEYS, SCENARIOS, columns, gpu_columns,
-                          llm_columns, row_columns, with_concurrency, workload_columns)
+from .raw_columns import (GPU_COLUMN_KEYS, MEMORY_TYPE_ORDER, MODEL_TYPES, RAW_KEYS, SCENARIOS, cap_classes, columns,
+                          gpu_columns, llm_columns, row_columns, with_concurrency, workload_columns)
 
 __all__ = ["Columns", "derive", "flop_s", "layer_overhead_s", "weight_read_s", "REGISTRY", "Feature", "feature",
            "matrix", "row_vector", "GPU_COLUMN_KEYS", "MEMORY_TYPE_ORDER", "MODEL_TYPES", "RAW_KEYS", "SCENARIOS",
-           "columns", "gpu_columns", "llm_columns", "row_columns", "with_concurrency", "workload_columns"]
+           "cap_classes", "columns", "gpu_columns", "llm_columns", "row_columns", "with_concurrency", "workload_columns"]

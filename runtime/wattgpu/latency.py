@@ -37,6 +37,7 @@ roofline of the prompt. Arrays or, for the one-row scalar path (non-server rows)
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -166,11 +167,25 @@ def erlang_c(servers: int, offered: float) -> float:
 
 def server_wait(qps: float, max_qps: float, slots: float) -> float:
     """Mean wait (s) for a batch slot of a Poisson server: M/M/c, c = ``slots``, service time c / ``max_qps``:
-    C(c, a) / (max_qps − qps); NaN at or beyond capacity."""
+    C(c, a) / (max_qps − qps); NaN at or beyond capacity. The last :data:`WAITS_KEPT` answers for a positive
+    rate are kept (the Erlang recursion runs up to ``slots`` steps; a rank asks for the same loads again)."""
     if not (qps < max_qps and math.isfinite(max_qps) and slots >= 1):
         return math.nan
+    return _kept_wait(qps, max_qps, slots) if qps > 0.0 else _wait(qps, max_qps, slots)  # ±0: not by equality
+
+
+def _wait(qps: float, max_qps: float, slots: float) -> float:
     n = max(1, int(round(slots)))
     return erlang_c(n, n * qps / max_qps) / (max_qps - qps)
+
+
+WAITS_KEPT = 1024
+_kept_wait = lru_cache(maxsize=WAITS_KEPT, typed=True)(_wait)  # a pure function of its floats
+
+
+def forget_waits() -> None:
+    """Empty the kept slot waits (:meth:`wattgpu.results.RowMemo.clear` does, with the row memos)."""
+    _kept_wait.cache_clear()
 
 
 def e2e_latency(ttft_s: Any, itl_s: Any, output_tokens: Any) -> Any:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache, partial
 from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
-from . import capacity, fleet, parallel, questions, record
+from . import capacity, checks, fleet, parallel, questions, record
 from . import features as F
 from .errors import (ArgumentTypeError, ModelFitError, SpecValidationError, UnsupportedModelError, WattGPUError,
                      require_type)
@@ -259,35 +259,40 @@ def _options_of(ev: Any, variants: Sequence[tuple[Any, Any, Workload]], strict: 
     return out
 
 
-def search_caps(pred: Any, rows: Sequence[tuple[Any, Any, Workload]], first: Sequence[Any], strict: bool,
-                max_itl_ms: float | None, max_ttft_ms: float | None
-                ) -> list[tuple[Any, tuple[Any, Any, Workload], str | None, str | None]]:
+def search_caps(pred: Any, rows: Sequence[tuple[Any, Any, Workload]], strict: bool, max_itl_ms: float | None,
+                max_ttft_ms: float | None) -> list[tuple[Any, tuple[Any, Any, Workload], str | None, str | None]]:
     """Per row: the batch cap meeting the ITL and TTFT SLAs at the lowest energy per token (the largest cap
-    within ``ENERGY_TIE`` of it).
+    within ``ENERGY_TIE`` of it). The rows at the caps asked for and at every cap tried are evaluated together,
+    in one pass (a row's numbers do not depend on the rows beside it).
 
     Returns (prediction or error, the row at the chosen cap, exclusion kind or
-    None, reason or None). A row is excluded for the SLA only when no cap meets it: "misses SLA even at
+    None, reason or None); a row that cannot be predicted at the cap asked for gets its error. A row is excluded
+    for the SLA only when no cap meets it: "misses SLA even at
     batch 1: …" when batch 1 already misses the ITL, else the best cap's miss; "overloaded" when every cap is."""
-    ok = [i for i, r in enumerate(first) if not isinstance(r, WattGPUError)]
-    fit: Any = F.columns([rows[i] for i in ok])["fit_batch"] if ok else []
-    owner: list[int] = []
-    variants: list[tuple[Any, Any, Workload]] = []
-    by_row: dict[int, list[_Option]] = {}
+    errors, cols = checks.row_errors(rows)
+    fit = cols["fit_batch"].tolist() if rows else []
+    owner: list[int] = list(range(len(rows)))  # the rows at the caps asked for come first
+    variants: list[tuple[Any, Any, Workload]] = list(rows)
     capped: dict[tuple[int, int], Workload] = {}  # one Workload per (workload, cap)
-    for i, f in zip(ok, fit):
+    for i, f in enumerate(fit):
+        if errors[i] is not None:
+            continue
         g, m, w = rows[i]
-        by_row[i] = [_option_of(first[i], rows[i], strict)]  # the cap asked for is always a choice
-        for b in batch_caps(min(float(w.max_batch), max(float(f), 1.0))):
+        for b in batch_caps(min(float(w.max_batch), max(f, 1.0))):
             if b != w.max_batch:
                 wb = capped.get((id(w), b))
                 if wb is None:
                     wb = capped[(id(w), b)] = replace(w, max_batch=b)
                 owner.append(i)
                 variants.append((g, m, wb))
-    for i, o in zip(owner, _options_of(pred.evaluate_rows(variants), variants, strict)):
-        by_row[i].append(o)
+    ev = pred.evaluate_rows(variants)
+    tried = _options_of(ev, variants, strict)
     out: list[tuple[Any, tuple[Any, Any, Workload], str | None, str | None]] = [
-        (r, rows[i], None, None) for i, r in enumerate(first)]
+        (None if o.ok else o.get(), row, None, None) for o, row in zip(tried, rows)]  # ok rows: set below
+    by_row: dict[int, list[_Option]] = {i: [] for i in range(len(rows)) if tried[i].ok}
+    for i, o in zip(owner, tried):
+        if i in by_row:
+            by_row[i].append(o)
     for i, options in by_row.items():
         options.sort(key=lambda o: o.row[2].max_batch)
         good = [o for o in options if o.ok]
@@ -405,18 +410,18 @@ def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None 
     if replicas is not None:
         return _rank_fleet(pred, spec, rows, failed, wl, replicas, max_itl_ms, strict, sort, prices, tp_asked,
                            ttft_sla, util_target, dtype, launch)
-    evaluated = pred.evaluate_rows(rows)
-    first = evaluated.predictions()
-    sla = max_itl_ms is not None or ttft_sla is not None
-    chosen = (search_caps(pred, rows, first, strict, max_itl_ms, ttft_sla) if sla
-              else [(r, row, None, None) for r, row in zip(first, rows)])
+    evaluated = None
+    if max_itl_ms is not None or ttft_sla is not None:
+        chosen = search_caps(pred, rows, strict, max_itl_ms, ttft_sla)
+    else:
+        evaluated = pred.evaluate_rows(rows)
+        chosen = [(r, row, None, None) for r, row in zip(evaluated.predictions(), rows)]
     candidates: list[RankEntry] = []
     excluded: list[tuple[tuple[int, float, str, int], Excluded]] = []
     basis = "point prediction"
     errors: dict[str, tuple[int, WattGPUError]] = dict(failed)  # per GPU: the error of its largest group tried
     served: set[str] = set()
-    same = all(row is asked for (_, row, _, _), asked in zip(chosen, rows))  # no cap search moved a row
-    plans = context_plans([row for _, row, _, _ in chosen], launch[1], evaluated.all_cols if same else None)
+    plans = context_plans([row for _, row, _, _ in chosen], launch[1], None if evaluated is None else evaluated.all_cols)
     trained = _trained_gpus(pred)
     for (r, row, kind, why), plan in zip(chosen, plans):
         g, _, w = row

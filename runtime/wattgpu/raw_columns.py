@@ -214,6 +214,19 @@ def with_concurrency(cols: Columns, index: np.ndarray, concurrency: np.ndarray, 
 
 
 
+_CAP_FREE = [k for k in _KEPT if k not in ("wl_max_batch", "wl_concurrency")]
+
+
+def cap_classes(cols: Columns) -> np.ndarray:
+    """A class id per row: rows of one class keep the same columns in :func:`with_concurrency`, bit for bit, but
+    for the batch cap ``wl_max_batch`` (and the concurrency it replaces). At one concurrency no larger than the
+    caps of both, two such rows get the same columns but ``wl_max_batch`` (the effective batch, min(concurrency,
+    cap, fit), does not read the cap then), so models that do not read ``wl_max_batch`` give them the same outputs."""
+    kept = np.ascontiguousarray(np.stack([np.asarray(cols[k], dtype=np.float64) for k in _CAP_FREE], axis=1))
+    keys = kept.view(np.dtype((np.void, kept.dtype.itemsize * kept.shape[1]))).ravel()  # by bits
+    return np.unique(keys, return_inverse=True)[1].reshape(-1)
+
+
 def row_with_concurrency(c: dict[str, float], concurrency: float, closed_loop: bool) -> dict[str, float]:
     """:func:`with_concurrency` of one row of floats."""
     return at_load(load_free(c, closed_loop), concurrency)

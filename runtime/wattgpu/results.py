@@ -13,6 +13,7 @@ from . import capacity
 from . import features as F
 from . import latency, ops, physics, record, ttft_fit
 from .assemble import Evaluate, Row
+from .assemble import reads as assemble_reads
 from .assemble import take as assemble_take
 from .bundle import ModelBundle
 from .calibrated import apply_ttft
@@ -42,12 +43,12 @@ def core(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.C
     ``evaluate`` maps feature columns to physical model outputs (the facade passes its own so the
     whole pipeline goes through one call site)."""
     server_learned = "server" in bundle.schema.domain.get("kinds", ())
-    out = evaluate(cols)
+    server = cols["wl_kind_code"] == SERVER_CODE
+    server_rows = [int(k) for k in np.flatnonzero(server)]
+    out = _evaluate_others(evaluate, cols, server)
     power = out[POWER].copy()
     batch = cols["eff_batch"].copy()
     busy = np.ones(len(rows))
-    server = cols["wl_kind_code"] == SERVER_CODE
-    server_rows = [int(k) for k in np.flatnonzero(server)]
     cap = capacities(bundle, evaluate, rows, cols, server_learned)
     itl, point = capacity.sub_batch(out[ITL], batch, cap["grid_batch"], cap["grid_itl"])
     sub = (point >= 0) & ~server  # decoding as sub-batches of a grid batch: its power
@@ -59,14 +60,8 @@ def core(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.C
                                                  cap["limit"][sub], server_learned)
     req_s = capacity.request_s(cols, itl)  # server rows' ITL and batch change below, but they never read it
     tokens_per_s = served_token_rate(cols, batch, req_s, cap["max_qps"])
-    mix: Mix = {}
-    if server_rows:
-        every = len(server_rows) == len(rows)  # a server rank: every row (no copy of ~200 columns)
-        mixed = server_mix(evaluate, rows if every else [rows[k] for k in server_rows],
-                           cols if every else {k: v[server_rows] for k, v in cols.items()}, learned=server_learned,
-                           cap=cap["limit"] if every else cap["limit"][server_rows],
-                           capacity=cap if every else {k: v[server_rows] for k, v in cap.items()})
-        mix = {int(k): mixed[j] for j, k in enumerate(server_rows)}
+    mix = server_mixes(bundle, evaluate, rows, cols, cap, server_rows, server_learned) if server_rows else {}
+    if mix:
         for k, m in mix.items():
             power[k], itl[k], busy[k], batch[k] = m["power"], m["itl"], m["busy"], m["batch"]
             tokens_per_s[k] = min(rows[k][2].qps, m["max_qps"]) * rows[k][2].output_tokens
@@ -90,6 +85,55 @@ def core(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.C
                                        ttft_fit.of(bundle), np.array([w.burst for _, _, w in rows])))
     apply_ttft(bundle, cols, numbers)  # a calibrated bundle's TTFT scale (wattgpu.calibration)
     return numbers, mix
+
+
+def server_mixes(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.Columns,
+                 cap: Mapping[str, np.ndarray], server_rows: list[int], learned: bool) -> Mix:
+    """The solved Poisson-server state (:func:`wattgpu.server.server_mix`) of rows ``server_rows``, memoised per
+    row (its specs and every workload field) in the bundle's :class:`RowMemo`, as the capacities are: a row's
+    state depends on the row alone."""
+    memo = memo_for(bundle)
+    mix: Mix = {}
+    todo: list[int] = []
+    for k in server_rows:
+        hit = memo.mix_get(rows[k], learned)
+        if hit is None:
+            todo.append(k)
+        else:
+            mix[k] = dict(hit)  # a copy: the memo's entry is never handed out
+    if todo:
+        every = len(todo) == len(rows)  # a server rank: every row (no copy of ~200 columns)
+        sub = cols if every else {c: v[todo] for c, v in cols.items()}
+        solved = server_mix(evaluate, rows if every else [rows[k] for k in todo], sub, learned=learned,
+                            cap=cap["limit"] if every else cap["limit"][todo],
+                            capacity=cap if every else {c: v[todo] for c, v in cap.items()},
+                            classes=cap_classes(bundle, sub))
+        for j, k in enumerate(todo):
+            memo.mix_put(rows[k], learned, solved[j])
+            mix[k] = solved[j]
+    return mix
+
+
+def _evaluate_others(evaluate: Evaluate, cols: F.Columns, server: np.ndarray) -> dict[str, np.ndarray]:
+    """Power and ITL of the rows that are not Poisson servers at their own columns (NaN for server rows: their
+    numbers all come from the solved mix, :func:`wattgpu.server.server_mix`, so these are never read)."""
+    others = np.flatnonzero(~server)
+    if len(others) == len(server):
+        return evaluate(cols)
+    out = {t: np.full(len(server), np.nan) for t in (POWER, ITL)}
+    if len(others):
+        got = evaluate(assemble_take(cols, others, len(server)))
+        for t, v in out.items():
+            v[others] = got[t]
+    return out
+
+
+def cap_classes(bundle: ModelBundle, cols: F.Columns) -> np.ndarray | None:
+    """:func:`wattgpu.features.cap_classes` of ``cols`` when several rows may share a class and no model of
+    ``bundle`` reads the batch cap (else None: every row is evaluated on its own)."""
+    if len(next(iter(cols.values()))) < 2 or assemble_reads(bundle, "wl_max_batch"):
+        return None
+    return F.cap_classes(cols)
 
 
 def prefill_budgets(rows: Sequence[Row]) -> np.ndarray:
@@ -340,17 +384,22 @@ class RowMemo:
     object while it is cached (every hit checks identity); cleared when it grows past ``LIMIT``."""
 
     LIMIT = 4096
+    MIX_LIMIT = 1024  # solved server states (a dict of ~15 numbers each; a whole-catalog SLA rank has ~400 rows)
 
     def __init__(self) -> None:
         self.specs: dict[tuple[int, Any], tuple[Any, Any]] = {}
         self.warnings: dict[tuple[int, int, str, str, int], tuple[Any, Any, tuple[str, ...]]] = {}
         self.capacities: dict[tuple[bool, tuple[Any, ...]], tuple[Any, Any, Any]] = {}
+        self.mixes: dict[tuple[bool, tuple[Any, ...]], tuple[Any, Any, dict[str, Any]]] = {}
 
     def clear(self) -> None:
-        """Forget everything (the objects it holds can then be freed)."""
+        """Forget everything (the objects it holds can then be freed), and the kept slot waits
+        (:func:`wattgpu.latency.server_wait`), so nothing derived from earlier rows remains."""
         self.specs.clear()
         self.warnings.clear()
         self.capacities.clear()
+        self.mixes.clear()
+        latency.forget_waits()
 
     def spec(self, obj: Any, make: Callable[[Any], Any]) -> Any:
         """``make(obj)``, computed once per object."""
@@ -386,6 +435,16 @@ class RowMemo:
         if len(self.capacities) > self.LIMIT:
             self.capacities.clear()
         self.capacities[key] = (row[0], row[1], value)
+
+    def mix_get(self, row: Row, learned: bool) -> dict[str, Any] | None:
+        """The memoised server state of ``row`` (:func:`server_mixes`), or None."""
+        hit = self.mixes.get((learned, capacity._key(row, True)))
+        return hit[2] if hit is not None and hit[0] is row[0] and hit[1] is row[1] else None
+
+    def mix_put(self, row: Row, learned: bool, value: Mapping[str, Any]) -> None:
+        if len(self.mixes) > self.MIX_LIMIT:
+            self.mixes.clear()
+        self.mixes[(learned, capacity._key(row, True))] = (row[0], row[1], dict(value))
 
 
 def _workload_dict(wl: Any) -> dict[str, Any]:

@@ -24,7 +24,7 @@ def idle_power(gpu: GpuSpec) -> tuple[float, str]:
 
 
 def server_mix(evaluate: Evaluate, rows: Sequence[Row], cols: F.Columns, learned: bool, cap: np.ndarray,
-               capacity: Mapping[str, np.ndarray]) -> dict[int, dict[str, Any]]:
+               capacity: Mapping[str, np.ndarray], classes: np.ndarray | None = None) -> dict[int, dict[str, Any]]:
     """Poisson server: solve Little's law L = λ·(prefill + output tokens × ITL(L)) (:mod:`wattgpu.serving.solve`).
 
     Without server rows in training the models are evaluated as a closed loop at the busy batch and
@@ -32,14 +32,17 @@ def server_mix(evaluate: Evaluate, rows: Sequence[Row], cols: F.Columns, learned
     are evaluated as the server workload at concurrency L, exactly as the training rows were
     described, and the learned power is the mean power. At most ``cap`` sequences decode at once;
     a rate beyond ``capacity["max_qps"]`` is overloaded: the GPU runs saturated at the capacity's
-    operating point (see :mod:`wattgpu.capacity`). Repeated rows are solved once."""
+    operating point (see :mod:`wattgpu.capacity`). Repeated rows are solved once; ``classes``
+    (:func:`wattgpu.features.cap_classes` of ``cols``) lets rows that differ in their batch cap only share each
+    model evaluation at a concurrency within both caps (:func:`wattgpu.capacity.request_time`)."""
     first: dict[Any, int] = {}
     keys = [capacity_mod._key(r, True) for r in rows]  # specs and every workload field
     where = [first.setdefault(k, i) for i, k in enumerate(keys)]
     if len(first) < len(rows):  # repeated rows are solved once
         uniq = np.array(sorted(first.values()), dtype=np.intp)
         solved = server_mix(evaluate, [rows[i] for i in uniq], {k: v[uniq] for k, v in cols.items()}, learned,
-                            cap[uniq], {k: v[uniq] for k, v in capacity.items()})
+                            cap[uniq], {k: v[uniq] for k, v in capacity.items()},
+                            None if classes is None else classes[uniq])
         slot = {int(i): j for j, i in enumerate(uniq)}
         return {k: dict(solved[slot[w]]) for k, w in enumerate(where)}
     qps = np.array([w.qps for _, _, w in rows], dtype=np.float64)
@@ -52,7 +55,7 @@ def server_mix(evaluate: Evaluate, rows: Sequence[Row], cols: F.Columns, learned
         need the ITL model only; the final call (``targets=None``) runs every model."""
         rows_at = index if idx is None else index[idx]
         state.update(capacity_mod.request_time(evaluate, cols, rows_at, conc, cap if idx is None else cap[idx],
-                                               learned, targets))
+                                               learned, targets, classes))
         return state["request_s"]
 
     over = qps > capacity["max_qps"] * (1.0 + 1e-9)

@@ -99,9 +99,11 @@ def wattgpu_logo(records: pd.DataFrame, catalog: Catalog, *, n_jobs: int = 2, qu
     it). Throughput and energy follow from them with the runtime's definitions: tokens/s =
     ``results.served_token_rate`` (batch × output tokens / (prefill + output tokens × ITL)), without the
     capacity cap (that needs the fold's model at other batch sizes); J/token = ``energy_figures`` of
-    power (capped at TDP) × GPUs of the group at that rate. TTFT: WattGPU has no TTFT output; the
-    column is the compute-roofline prefill (``capacity.prefill_s``) that its request time uses — not
-    learned, so not cross-validated either.
+    power (capped at TDP) × GPUs of the group at that rate. TTFT: the shipped runtime's TTFT (each source's
+    arrival pattern); on the rows its fitted terms are fitted on (mean-TTFT sources) those terms are chosen
+    leave-one-GPU-out (``ttft.held_out``, as ``evaluate`` scores them). Its decode step times are the shipped
+    ITL model's, which saw every GPU, so TTFT is only partly cross-validated. Rows it cannot predict keep the
+    compute-roofline prefill (``capacity.prefill_s``).
     """
     from wattgpu.capacity import prefill_s, request_s
     from wattgpu.energy import energy_figures
@@ -123,10 +125,12 @@ def wattgpu_logo(records: pd.DataFrame, catalog: Catalog, *, n_jobs: int = 2, qu
         if target == ITL:
             cols_itl = ds.cols
             ids = ds.records["row_id"].to_numpy()
+            ttft = _ttft(records, catalog, ds)
     itl = pred[ITL].to_numpy()
     tput = served_token_rate(cols_itl, cols_itl["eff_batch"], request_s(cols_itl, itl), np.inf)
     out = pd.DataFrame({"itl_s": itl, "ttft_s": prefill_s(cols_itl), "throughput_tok_s": tput,
                         "tdp_w": cols_itl["gpu_tdp_w"], "gpus": cols_itl["wl_tp"]}, index=ids)
+    out["ttft_s"] = ttft.reindex(out.index).fillna(out["ttft_s"])
     power = pred[POWER].reindex(out.index).to_numpy()
     out["power_w"] = power
     capped = np.minimum(power, out["tdp_w"].to_numpy())
@@ -135,6 +139,24 @@ def wattgpu_logo(records: pd.DataFrame, catalog: Catalog, *, n_jobs: int = 2, qu
     if len(power_only):  # rows with measured power but no ITL: power only
         extra = pd.DataFrame({"power_w": pred[POWER].reindex(power_only).to_numpy()}, index=power_only)
         out = pd.concat([out, extra])
+    return out
+
+
+def _ttft(records: pd.DataFrame, catalog: Catalog, ds: Any) -> pd.Series:
+    """WattGPU's TTFT per ``row_id`` of dataset ``ds``: the shipped runtime's answer with each source's arrival
+    pattern; on the rows the TTFT terms are fitted on, those terms chosen leave-one-GPU-out instead."""
+    from wattgpu.errors import WattGPUError
+    from wattgpu.predictor import Predictor
+
+    from .ttft import arrival_triples, held_out, ttft_rows
+
+    res = Predictor().predict_specs_safe(arrival_triples(ds.triples, ds.records["source"].to_numpy()))
+    out = pd.Series([np.nan if isinstance(r, WattGPUError) or r.ttft_s is None else float(r.ttft_s) for r in res],
+                    index=ds.records["row_id"].to_numpy(), dtype=np.float64)
+    rows = ttft_rows(records, catalog)
+    if rows is not None and rows.row_id is not None and rows.y.size:
+        logo = pd.Series(held_out(rows, np.ones(rows.y.shape, dtype=bool)), index=rows.row_id)
+        out.loc[logo.index.intersection(out.index)] = logo
     return out
 
 
@@ -529,8 +551,11 @@ def compare_peers(records: pd.DataFrame, catalog: Catalog, data_dir: Path, *, ra
         "versions": {d: installed_version(d) for d in PEER_PINS}, "pinned": PEER_PINS,
         "wattgpu": {"method": "leave-one-GPU-out: nested_oof of the default recipe (evaluate.py), each GPU predicted "
                               "by models fitted without it" + (" (quick: few trees, figures not meaningful)" if quick else ""),
-                    "ttft_note": "WattGPU has no TTFT output: its column is the compute-roofline prefill its request "
-                                 "time uses (not learned, not cross-validated)",
+                    "ttft_note": "TTFT: the shipped runtime's TTFT (physics + fitted excess, burst and PCIe terms) "
+                                 "with each source's arrival pattern; on the mean-TTFT rows those terms are fitted on, "
+                                 "they are chosen leave-one-GPU-out, as evaluate scores them; its decode step times "
+                                 "come from the shipped ITL model, which saw every GPU, so TTFT is only partly "
+                                 "cross-validated",
                     "throughput_note": "batch x output tokens / (prefill + output tokens x LOGO ITL), without the "
                                        "capacity cap",
                     "energy_note": "LOGO power (capped at TDP) x GPUs / throughput, on rows with both power and ITL"},

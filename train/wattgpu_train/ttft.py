@@ -65,6 +65,13 @@ class TtftRows:
     slot_wait: np.ndarray | None = None  # the slot wait inside ``physics`` (s); None = no closed-loop row
     closed: np.ndarray | None = None  # closed-loop rows (the excess adds only beyond their slot wait)
     pcie_comm: np.ndarray | None = None  # the prompt's modelled all-reduce time on a PCIe TP group (s), else 0
+    row_id: np.ndarray | None = None  # the records' row_id of each row, where the records carry one
+
+
+def arrival_triples(triples: list[Any], sources: Any) -> list[Any]:
+    """Each (GPU, LLM, workload) with the arrival pattern its source's benchmark used (``ARRIVAL_OF_SOURCE``)."""
+    return [(g, m, dataclasses.replace(w, arrival=ARRIVAL_OF_SOURCE.get(s, w.arrival)))
+            for (g, m, w), s in zip(triples, sources)]
 
 
 def ttft_rows(records: pd.DataFrame, catalog: Catalog, predictor: Any = None) -> TtftRows | None:
@@ -79,8 +86,7 @@ def ttft_rows(records: pd.DataFrame, catalog: Catalog, predictor: Any = None) ->
         return None
     ds = build_dataset(sub, catalog, ITL)
     sources = ds.records["source"].to_numpy()
-    triples = [(g, m, dataclasses.replace(w, arrival=ARRIVAL_OF_SOURCE.get(s, w.arrival)))
-               for (g, m, w), s in zip(ds.triples, sources)]
+    triples = arrival_triples(ds.triples, sources)
     res = (predictor or Predictor()).predict_specs_safe(triples)
 
     def part(r: Any, key: str) -> float:
@@ -98,8 +104,9 @@ def ttft_rows(records: pd.DataFrame, catalog: Catalog, predictor: Any = None) ->
     wait = np.nan_to_num(np.array([part(r, "slot_wait_s") for r in res]), nan=0.0)
     closed = np.array([w.kind == "closed_loop" for _, _, w in triples])
     comm = np.asarray(pcie_allreduce_s(ds.cols), dtype=np.float64)
+    ids = ds.records["row_id"].to_numpy()[ok] if "row_id" in ds.records else None
     return TtftRows(y[ok], physics[ok], step[ok], burst[ok], roof[ok], ds.records["gpu"].to_numpy()[ok],
-                    sources[ok], int((~ok).sum()), wait[ok], closed[ok], comm[ok])
+                    sources[ok], int((~ok).sum()), wait[ok], closed[ok], comm[ok], ids)
 
 
 def _excess_added(excess: np.ndarray, rows: TtftRows, m: Any) -> np.ndarray:

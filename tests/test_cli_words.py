@@ -9,7 +9,10 @@ from wattgpu.cli import main
 
 
 def _commands(group: click.Group, path: tuple[str, ...] = ("wattgpu",)):
-    for name, cmd in group.commands.items():
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):  # commands load on first use: not all are in group.commands yet
+        cmd = group.get_command(ctx, name)
+        assert cmd is not None, name
         if isinstance(cmd, click.Group):
             yield from _commands(cmd, (*path, name))
         else:

@@ -6,11 +6,17 @@ import json
 
 import pytest
 
-from .helpers import run_py
+from .helpers import run_cli, run_py
 
 # Modules a plain prediction with the packaged (uncalibrated) bundle must not import.
 NOT_ON_PREDICT = ("wattgpu.ranking", "wattgpu.questions", "wattgpu.layout", "wattgpu.fleet", "wattgpu.launch",
-                  "wattgpu.calibration", "wattgpu.cli", "numpy.ma", "pathlib")
+                  "wattgpu.calibration", "wattgpu.cli", "wattgpu.quant", "numpy.ma", "pathlib")
+
+
+# Modules `wattgpu predict --gpu G --llm M` must not import (other commands' code, layouts, ranking).
+NOT_ON_CLI_PREDICT = ("wattgpu.ranking", "wattgpu.layout", "wattgpu.layout_predict", "wattgpu.launch",
+                      "wattgpu.calibration", "wattgpu.cli.rank_command", "wattgpu.cli.list_commands",
+                      "wattgpu.cli.calibrate_command", "wattgpu.cli.serve_command", "numpy.ma", "shlex")
 
 
 def _run_json(code: str) -> object:
@@ -85,3 +91,57 @@ def test_batch_grid_is_strictly_increasing() -> None:
 
     assert np.all(np.diff(BATCH_GRID) > 0) and BATCH_GRID[0] == 1.0 and BATCH_GRID[-1] == 65536.0
     assert np.array_equal(BATCH_GRID, np.unique(BATCH_GRID))
+
+
+def test_cli_predict_loads_only_its_command() -> None:
+    """`wattgpu predict` imports its own command module only (the group loads a command when asked for it)
+    and its answer does not need ranking or layouts; the command still prints its table."""
+    code = ("import atexit, json, sys\n"
+            f"atexit.register(lambda: print(json.dumps([m for m in {NOT_ON_CLI_PREDICT!r} if m in sys.modules]), "
+            "file=sys.stderr))\n"
+            "sys.argv = ['wattgpu', 'predict', '--gpu', 'NVIDIA A100 SXM4 40GB', '--llm', "
+            "'meta-llama/Llama-3.1-8B-Instruct']\n"
+            "import runpy\nrunpy.run_module('wattgpu.cli', run_name='__main__')\n")
+    res = run_py(code)
+    assert res.returncode == 0, res.stderr
+    assert "mean power" in res.stdout
+    assert json.loads(res.stderr.strip().splitlines()[-1]) == []
+
+
+def test_cli_lists_and_runs_every_command_in_a_fresh_process() -> None:
+    """Commands load on first use, yet --help lists all of them and each one's own --help works."""
+    res = run_cli("--help")
+    assert res.returncode == 0, res.stderr
+    for name in ("calibrate", "gpus", "llms", "predict", "rank", "serve"):
+        assert f"  {name} " in res.stdout, name
+        sub = run_cli(name, "--help")
+        assert sub.returncode == 0 and "Usage:" in sub.stdout, (name, sub.stderr)
+    bad = run_cli("no-such-command")
+    assert bad.returncode == 2 and "no-such-command" in bad.stderr
+
+
+def test_cli_public_names_resolve() -> None:
+    got = _run_json("import json, wattgpu.cli as c\n"
+                    "print(json.dumps({n: getattr(c, n) is not None for n in c.__all__}))")
+    assert got == {n: True for n in __import__("wattgpu.cli", fromlist=["__all__"]).__all__}
+
+
+def test_sessions_without_graph_passes_give_the_same_outputs() -> None:
+    """The bundle's sessions skip onnxruntime's graph optimisation passes (cold start): on the shipped models
+    they give the outputs of sessions with every pass, bit for bit."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from wattgpu.predictor import Predictor
+
+    bundle = Predictor().bundle
+    rng = np.random.default_rng(37)
+    for target, m in bundle.schema.models.items():
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = opts.inter_op_num_threads = 1
+        full = ort.InferenceSession(bundle.read(m.file), opts, providers=["CPUExecutionProvider"])
+        n = len(m.features)
+        X = (rng.standard_normal((20000, n)) * rng.choice([1e-3, 1.0, 1e3, 1e6], size=(20000, n))).astype(np.float32)
+        X[rng.random(X.shape) < 0.01] = np.nan
+        ours = bundle.session(target).run(None, {m.input_name: X})[0]
+        assert np.array_equal(ours, full.run(None, {m.input_name: X})[0], equal_nan=True), target

@@ -7,12 +7,14 @@ dicts as HTTP bodies, so the two cannot drift apart.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from .energy import Prices
 from .errors import WattGPUError
-from .ranking import RankResult
 from .workload import Workload
+
+if TYPE_CHECKING:  # ranking loads only for rank's answers: `wattgpu predict` does not need it (cold start)
+    from .ranking import RankResult
 
 
 
@@ -23,13 +25,15 @@ def predict_answer(predictor: Any, gpu: Any, llm: Any, workload: Workload, *, dt
     given (the batch cap 1, 2, 4, … that meets it at the lowest energy per token). With ``layout`` fields (``pp``,
     ``dp``, ``ep``, ``nodes``, ``interconnect``) that ask for more than one tensor-parallel group, the layout's
     answer instead (:func:`wattgpu.layout_predict.predict_answer`)."""
-    from . import layout_predict
     from .quant import with_dtype
 
-    if layout and layout_predict.wants_layout(layout):
-        return layout_predict.predict_answer(predictor, gpu, llm, workload, layout, dtype=dtype,
-                                             max_itl_ms=max_itl_ms, max_ttft_ms=max_ttft_ms, prices=prices)
-    layout_predict.check_no_layout(layout or {})
+    if layout and any(v is not None for v in layout.values()):  # no layout field given: nothing to check (cold start)
+        from . import layout_predict
+
+        if layout_predict.wants_layout(layout):
+            return layout_predict.predict_answer(predictor, gpu, llm, workload, layout, dtype=dtype,
+                                                 max_itl_ms=max_itl_ms, max_ttft_ms=max_ttft_ms, prices=prices)
+        layout_predict.check_no_layout(layout)
 
     spec = with_dtype(predictor.resolve_llm(llm), dtype)
     sla: dict[str, Any] | None = None

@@ -14,7 +14,6 @@ import numpy as np
 from . import features as F
 from . import latency, ops
 from .bundle import SCHEMA_FILE, ModelBundle, rewrite_bundle
-from .calibrated import apply_ttft, of  # noqa: F401  (their home before the cold-start split)
 from .calibration_format import BOUNDS, PARAMS, TTFT
 from .errors import ConfigFileError, WattGPUError
 from .targets import EXCESS_MIN, ITL, POWER, TARGETS
@@ -647,7 +646,7 @@ def half_widths_80(interval_factors: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
-# ---- the bundle (of / apply_ttft live in wattgpu.calibrated, off the cold-start path)
+# ---- the bundle (reading a bundle's calibration, of / apply_ttft: wattgpu.calibrated, off the cold-start path)
 def write_calibrated(base: ModelBundle, cal: Calibration, out_dir: "Path") -> dict[str, Any]:
     """Write ``base`` + ``cal`` as a bundle in ``out_dir`` (same model files, catalog with measured …"""
     doc = base.catalog_document()

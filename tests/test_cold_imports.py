@@ -53,12 +53,15 @@ def test_every_public_name_resolves_in_a_fresh_process() -> None:
 
 def test_public_names_are_their_modules_objects() -> None:
     import wattgpu
-    from wattgpu import prediction, predictor, ranking, specs, workload
+    from wattgpu import prediction, predictor, ranking, resolve, specs, workload
 
     assert wattgpu.rank is ranking.rank and wattgpu.RankResult is ranking.RankResult
     assert wattgpu.Prediction is prediction.Prediction and wattgpu.Predictor is predictor.Predictor
     assert wattgpu.Catalog is specs.Catalog and wattgpu.default_catalog is specs.default_catalog
     assert wattgpu.Workload is workload.Workload
+    # names the package bound before it became lazy, though not in __all__
+    assert wattgpu.default_predictor is predictor.default_predictor
+    assert wattgpu.resolve_pair is resolve.resolve_pair
     assert set(wattgpu.__all__) <= set(dir(wattgpu))
 
 
@@ -145,3 +148,20 @@ def test_sessions_without_graph_passes_give_the_same_outputs() -> None:
         X[rng.random(X.shape) < 0.01] = np.nan
         ours = bundle.session(target).run(None, {m.input_name: X})[0]
         assert np.array_equal(ours, full.run(None, {m.input_name: X})[0], equal_nan=True), target
+
+
+# Every name `import wattgpu` bound before the package became lazy (its imports and the submodules they loaded).
+EAGER_NAMES = ("ArtifactError", "Catalog", "ConfigFileError", "Excluded", "GpuSpec", "Interval", "LlmSpec",
+               "ModelFitError", "Prediction", "Predictor", "RankEntry", "RankResult", "SpecValidationError",
+               "UnknownEntityError", "UnsupportedModelError", "WattGPUError", "Workload", "assemble", "bundle",
+               "calibration", "calibration_format", "capacity", "checks", "default_catalog", "default_predictor",
+               "derived", "energy", "errors", "feature_registry", "features", "flags", "fleet", "latency", "launch",
+               "layout", "memory", "ops", "parallel", "physics", "predict", "predict_many", "prediction", "predictor",
+               "quant", "questions", "rank", "raw_columns", "record", "resolve", "resolve_pair", "results", "rules",
+               "safeio", "schema", "server", "serving", "single", "specs", "targets", "ttft_fit", "workload")
+
+
+def test_every_name_the_eager_package_bound_still_resolves() -> None:
+    got = _run_json("import json, wattgpu\n"
+                    f"print(json.dumps([n for n in {EAGER_NAMES!r} if getattr(wattgpu, n, None) is None]))")
+    assert got == []

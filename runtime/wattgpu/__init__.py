@@ -19,7 +19,8 @@ from .errors import (ArtifactError, ConfigFileError, ModelFitError, SpecValidati
 
 if TYPE_CHECKING:
     from .prediction import Interval, Prediction
-    from .predictor import Predictor
+    from .predictor import Predictor, default_predictor
+    from .resolve import resolve_pair
     from .ranking import Excluded, RankEntry, RankResult, rank
     from .specs import Catalog, GpuSpec, LlmSpec, default_catalog
     from .workload import Workload
@@ -37,6 +38,7 @@ LAZY = {
     "Interval": "prediction", "Prediction": "prediction", "Predictor": "predictor",
     "Excluded": "ranking", "RankEntry": "ranking", "RankResult": "ranking", "rank": "ranking",
     "Catalog": "specs", "GpuSpec": "specs", "LlmSpec": "specs", "default_catalog": "specs", "Workload": "workload",
+    "default_predictor": "predictor", "resolve_pair": "resolve",  # not in __all__, but importable from here before
 }
 
 

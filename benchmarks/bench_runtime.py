@@ -385,11 +385,11 @@ def bench_rank(predictor: Any, llm: str, repeats: int, calls: int) -> dict[str, 
 
 def _rank_onnx_floor(predictor: Any, rows: list[Any], caps: bool) -> Callable[[], Any]:
     """Both ONNX models once on the predictable rows of a rank (``caps``: every batch cap the SLA search
-    tries per row, :func:`wattgpu.rank.batch_caps`), on prebuilt float32 matrices."""
+    tries per row, :func:`wattgpu.ranking.batch_caps`), on prebuilt float32 matrices."""
     import dataclasses
 
     from wattgpu import features as F
-    from wattgpu.rank import batch_caps
+    from wattgpu.ranking import batch_caps
 
     ev = predictor.evaluate_rows(rows)
     good = [rows[i] for i in sorted(ev.slot)]

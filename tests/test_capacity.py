@@ -13,7 +13,7 @@ from wattgpu.checks import row_errors
 from wattgpu.cli import main
 from wattgpu.errors import WattGPUError
 from wattgpu.predictor import Predictor
-from wattgpu.rank import rank
+from wattgpu.ranking import rank
 from wattgpu.workload import Workload
 
 LLM = "meta-llama/Llama-3.1-8B-Instruct"

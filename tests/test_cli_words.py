@@ -9,7 +9,10 @@ from wattgpu.cli import main
 
 
 def _commands(group: click.Group, path: tuple[str, ...] = ("wattgpu",)):
-    for name, cmd in group.commands.items():
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):  # commands load on first use: not all are in group.commands yet
+        cmd = group.get_command(ctx, name)
+        assert cmd is not None, name
         if isinstance(cmd, click.Group):
             yield from _commands(cmd, (*path, name))
         else:
@@ -35,7 +38,7 @@ def test_rank_sorts_by_cost_and_needs_a_price() -> None:
     assert r.exit_code == 2 and "needs a price" in r.stderr
     import json
 
-    from wattgpu.rank import cost_per_mtok
+    from wattgpu.ranking import cost_per_mtok
 
     r = CliRunner().invoke(main, [*args, "--usd-per-gpu-hour", "2", "--usd-per-kwh", "0.1", "--json"])
     assert r.exit_code == 0, r.output

@@ -164,7 +164,7 @@ def test_rank_rejects_bad_arguments():
 def test_single_replicas_keep_the_fleet_headroom_by_default() -> None:
     """Issue 32 item 3: one default answer. Without --replicas a server load ranks GPUs within the 80 %
     headroom first (the same target --replicas auto sizes fleets for), those above after, saying why."""
-    from wattgpu.rank import rank
+    from wattgpu.ranking import rank
 
     # 7 req/s: a load some GPUs meeting the SLA serve above the 80 % headroom (at 5 req/s none did after the
     # issue-38 round-4 ITL refit, so the ordering below had nothing to order).
@@ -235,7 +235,7 @@ def test_rank_entries_equal_the_dataclass_constructor() -> None:
     ``RankEntry(**prediction fields, **rank-only fields)`` stores, and refuses a missing rank-only field."""
     from dataclasses import fields
 
-    from wattgpu.rank import RankEntry, extend
+    from wattgpu.ranking import RankEntry, extend
 
     res = rank("meta-llama/Llama-3.1-8B-Instruct", Workload(), max_itl_ms=60.0)
     assert res.candidates and res.excluded

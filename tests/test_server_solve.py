@@ -179,7 +179,7 @@ def _bits(x: object) -> object:
 def _cap_rows(pred: Predictor) -> list:
     """Catalog GPUs × two LLMs × three rates × every batch cap the SLA search tries (rows that differ in their
     cap only), plus a TP-2 group and rows whose rate overloads the GPU."""
-    from wattgpu.rank import batch_caps
+    from wattgpu.ranking import batch_caps
 
     cat = pred.catalog
     llms = [cat.llm(n) for n in ("Qwen/Qwen2.5-0.5B-Instruct", "meta-llama/Llama-3.1-8B-Instruct")]

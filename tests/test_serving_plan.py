@@ -15,7 +15,7 @@ from wattgpu.cli import main
 from wattgpu.errors import WattGPUError
 from wattgpu.fleet import MAX_UTILIZATION
 from wattgpu.predictor import Predictor
-from wattgpu.rank import batch_caps, rank
+from wattgpu.ranking import batch_caps, rank
 from wattgpu.workload import Workload
 
 LLM = "meta-llama/Llama-3.1-8B-Instruct"

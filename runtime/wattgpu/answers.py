@@ -7,12 +7,14 @@ dicts as HTTP bodies, so the two cannot drift apart.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from .energy import Prices
 from .errors import WattGPUError
-from .rank import RankResult
 from .workload import Workload
+
+if TYPE_CHECKING:  # ranking loads only for rank's answers: `wattgpu predict` does not need it (cold start)
+    from .ranking import RankResult
 
 
 
@@ -23,19 +25,21 @@ def predict_answer(predictor: Any, gpu: Any, llm: Any, workload: Workload, *, dt
     given (the batch cap 1, 2, 4, … that meets it at the lowest energy per token). With ``layout`` fields (``pp``,
     ``dp``, ``ep``, ``nodes``, ``interconnect``) that ask for more than one tensor-parallel group, the layout's
     answer instead (:func:`wattgpu.layout_predict.predict_answer`)."""
-    from . import layout_predict
     from .quant import with_dtype
 
-    if layout and layout_predict.wants_layout(layout):
-        return layout_predict.predict_answer(predictor, gpu, llm, workload, layout, dtype=dtype,
-                                             max_itl_ms=max_itl_ms, max_ttft_ms=max_ttft_ms, prices=prices)
-    layout_predict.check_no_layout(layout or {})
+    if layout and any(v is not None for v in layout.values()):  # no layout field given: nothing to check (cold start)
+        from . import layout_predict
+
+        if layout_predict.wants_layout(layout):
+            return layout_predict.predict_answer(predictor, gpu, llm, workload, layout, dtype=dtype,
+                                                 max_itl_ms=max_itl_ms, max_ttft_ms=max_ttft_ms, prices=prices)
+        layout_predict.check_no_layout(layout)
 
     spec = with_dtype(predictor.resolve_llm(llm), dtype)
     sla: dict[str, Any] | None = None
     if max_itl_ms is not None or max_ttft_ms is not None:
         from .questions import check_sla_ms
-        from .rank import search_caps
+        from .ranking import search_caps
 
         check_sla_ms(max_itl_ms, max_ttft_ms)
         row = (predictor.resolve_gpu(gpu), spec, workload)
@@ -59,8 +63,8 @@ def rank_result(predictor: Any, llm: Any, workload: Workload, *, tp_auto: bool =
 
     ``tp_auto`` ranks groups of 1, 2, 4 and 8 GPUs. When the degree was not given (``tp_given`` False) and
     no GPU holds the model alone, the ranking is redone as ``tp_auto`` (the question is then which group
-    of GPUs) and the second value is True. ``options`` are :func:`wattgpu.rank.rank`'s keywords."""
-    from .rank import rank
+    of GPUs) and the second value is True. ``options`` are :func:`wattgpu.ranking.rank`'s keywords."""
+    from .ranking import rank
 
     def ranked(tp: str | None) -> RankResult:
         return rank(llm, workload, gpus=gpus, predictor=predictor, tp=tp, **options)

@@ -8,7 +8,7 @@ import numpy as np
 from . import features as F
 from . import ops
 from .bundle import ModelBundle
-from .calibration import of as calibration_of
+from .calibrated import of as calibration_of
 from .specs import GpuSpec, LlmSpec
 from .targets import inverse
 from .workload import KINDS, Workload

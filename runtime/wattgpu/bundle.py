@@ -593,6 +593,10 @@ class ModelBundle:
         # price: under 16 threads the transient peak RSS is higher (448-468 vs 391 MiB over the same jobs).
         opts.enable_cpu_mem_arena = False
         opts.enable_mem_pattern = False
+        # No graph optimisation passes: an exported model is one TreeEnsembleRegressor node, which no pass
+        # rewrites (same outputs bit for bit, tests/test_cold_imports.py), and running them is ~0.3 ms a session
+        # of the cold start.
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         try:
             sess = ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
         except Exception as exc:  # onnxruntime raises its own exception types

@@ -646,23 +646,7 @@ def half_widths_80(interval_factors: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
-# ---- the bundle
-def of(bundle: ModelBundle) -> Calibration | None:
-    """The bundle's calibration (parsed once), or None."""
-    cal = getattr(bundle, "_calibration", False)
-    if cal is False:
-        section = bundle.schema.calibration
-        cal = None if section is None else Calibration.from_section(section)
-        bundle._calibration = cal  # type: ignore[attr-defined]
-    return cal  # type: ignore[return-value]
-
-
-def apply_ttft(bundle: ModelBundle, cols: Mapping[str, Any], numbers: dict[str, Any]) -> None:
-    """THE TTFT correction of a calibrated bundle: ``numbers["ttft_s"]`` and ``["e2e_latency_s"]`` of …"""
-    if bundle.schema.calibration is not None:
-        of(bundle).apply_ttft(cols, numbers)  # type: ignore[union-attr]
-
-
+# ---- the bundle (reading a bundle's calibration, of / apply_ttft: wattgpu.calibrated, off the cold-start path)
 def write_calibrated(base: ModelBundle, cal: Calibration, out_dir: "Path") -> dict[str, Any]:
     """Write ``base`` + ``cal`` as a bundle in ``out_dir`` (same model files, catalog with measured …"""
     doc = base.catalog_document()

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from .quant import fp8_warning
 from .specs import GpuSpec, LlmSpec
 
 
@@ -21,6 +20,8 @@ def model_flags(llm: LlmSpec, gpu: GpuSpec, context_tokens: int) -> Iterator[str
         yield (f"quantised: {llm.name} stores weights as {llm.precision} ({llm.weight_bytes_per_param:g} bytes per "
                f"parameter, {llm.compute_dtype} matmuls); memory and roofline use these bytes, and few quantised "
                "checkpoints were measured, so errors are wider")
+        from .quant import fp8_warning  # quantised models only: a 16-bit model's prediction never loads quant
+
         note = fp8_warning(llm, gpu)
         if note:
             yield note

@@ -29,47 +29,14 @@ from typing import Any, Callable
 
 from . import memory, ops, parallel, physics
 from .errors import SpecValidationError
+from .layout_limits import (DEFAULT_GPUS_PER_NODE, DEFAULT_INTERCONNECT, INTERNODE_LINKS, LIMITS, MAX_NODES,
+                            InternodeLink, internode_link)
 from .rules import is_finite_number
 
 ACTIVATION_BYTES = parallel.ACTIVATION_BYTES
 ALLTOALL_PER_LAYER = 2  # dispatch + combine
-DEFAULT_GPUS_PER_NODE = 8
-MAX_NODES = 64
-# The largest degree of each layout field (Layout checks them; wattgpu.questions declares the inputs with them).
-LIMITS = {"tp": parallel.MAX_TP, "pp": 256, "dp": 1024, "ep": 4096, "nodes": MAX_NODES, "gpus_per_node": 72}
-DEFAULT_INTERCONNECT = "InfiniBand NDR"
 ROOFLINE, ANCHORED = "roofline", "anchored"  # the methods of an Estimate (see estimate)
 NVLINK_P2P_LATENCY_S = parallel.NVLINK_CALL_LATENCY_S
-
-
-@dataclass(frozen=True)
-class InternodeLink:
-    """A network between nodes: GB/s per GPU per direction and the fixed latency of one transfer (s)."""
-
-    name: str
-    gb_s: float
-    latency_s: float
-    aliases: tuple[str, ...] = ()
-
-
-# Copy of data/catalog/internode_links.csv (its sources and notes live there; tests/test_layout.py checks the two
-# agree): the runtime reads no CSV.
-INTERNODE_LINKS = (
-    InternodeLink("InfiniBand NDR", 50.0, 10e-6, ("ndr", "ib-ndr", "infiniband", "ib")),
-    InternodeLink("InfiniBand XDR", 100.0, 10e-6, ("xdr", "ib-xdr")),
-    InternodeLink("RoCE 400GbE", 50.0, 15e-6, ("roce", "roce400", "roce-400", "400gbe")),
-    InternodeLink("RoCE 200GbE", 25.0, 15e-6, ("roce200", "roce-200", "200gbe")),
-)
-
-
-def internode_link(name: str = DEFAULT_INTERCONNECT) -> InternodeLink:
-    """The inter-node link called ``name`` (any case, or an alias), or a SpecValidationError listing them."""
-    key = str(name).strip().lower()
-    for link in INTERNODE_LINKS:
-        if key == link.name.lower() or key in link.aliases:
-            return link
-    names = ", ".join(link.name for link in INTERNODE_LINKS)
-    raise SpecValidationError("workload", "interconnect", name, f"one of {names} (or an alias: ndr, xdr, roce, roce200)")
 
 
 def _f(x: Any) -> Any:

@@ -9,7 +9,7 @@ import math
 from typing import Any, Sequence
 from html import escape as _html_escape
 
-from .rank import RankEntry, RankResult
+from .ranking import RankEntry, RankResult
 
 W, H = 860, 560
 LEFT, RIGHT, TOP, BOTTOM = 80, 230, 56, 64  # plot margins (right margin holds labels beyond the last point)

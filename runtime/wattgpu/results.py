@@ -16,8 +16,8 @@ from .assemble import Evaluate, Row
 from .assemble import reads as assemble_reads
 from .assemble import take as assemble_take
 from .bundle import ModelBundle
-from .calibration import apply_ttft
-from .calibration import of as calibration_of
+from .calibrated import apply_ttft
+from .calibrated import of as calibration_of
 from .checks import (capacity_warnings, context_warnings, domain_warnings, intervals, not_finite_error,
                      server_warnings, tp_warnings)
 from .energy import energy_figures

@@ -10,10 +10,12 @@ import json
 import os
 import re
 import stat
-from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from .errors import ArgumentTypeError, ConfigFileError
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 MAX_DEPTH = 64
 
@@ -149,6 +151,8 @@ def _require_regular(st: os.stat_result, shown: str, what: str, max_bytes: int) 
 
 def resolve_json_path(path: str | os.PathLike[str], *, what: str, dir_file: str | None = "config.json") -> Path:
     """Return the file to read for ``path``: the path itself, or ``dir_file`` inside it when it is a directory."""
+    from pathlib import Path  # only for user files: keeps pathlib off the cold start
+
     check_path_type(path, f"{what} file")
     p = Path(path)
     shown = str(path)

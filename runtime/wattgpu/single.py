@@ -27,8 +27,8 @@ from . import assemble, capacity, latency, ops, parallel, physics, ttft_fit
 from . import features as F
 from .assemble import Row
 from .bundle import ModelBundle
-from .calibration import apply_ttft
-from .calibration import of as calibration_of
+from .calibrated import apply_ttft
+from .calibrated import of as calibration_of
 from .checks import NO_KV_CACHE
 from .prediction import Prediction
 from .derived import SETUP_COLUMNS, derive_load, derive_setup

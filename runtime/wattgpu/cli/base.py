@@ -62,8 +62,26 @@ def _fmt_interval(intervals: dict[str, list[float]], scale: float, fmt: str) -> 
 _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())  # click >= 8.2
 
 
+# Each command's module, imported when the command is asked for (or listed by --help): `wattgpu predict` then
+# loads neither rank's nor calibrate's nor serve's code and options (cold start). A module registers its
+# commands on ``main`` as it is imported (``@main.command()``).
+COMMAND_MODULES = {"predict": "predict_command", "rank": "rank_command", "gpus": "list_commands",
+                   "llms": "list_commands", "calibrate": "calibrate_command", "serve": "serve_command"}
+
+
 class _OneLineErrors(click.Group):
-    """Click's own usage errors (unknown option, bad number, missing --gpu) as one ``error:`` line, status 2."""
+    """Click's own usage errors (unknown option, bad number, missing --gpu) as one ``error:`` line, status 2;
+    commands load on first use (:data:`COMMAND_MODULES`)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *COMMAND_MODULES})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMAND_MODULES:
+            from importlib import import_module
+
+            import_module(f"{__package__}.{COMMAND_MODULES[cmd_name]}")
+        return super().get_command(ctx, cmd_name)
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
         kwargs["standalone_mode"] = False

@@ -262,7 +262,7 @@ def test_predictions_equal_the_dataclass_constructor() -> None:
 
 
 def _searched(pred: Predictor, rows: list, strict: bool, itl_ms: float | None, ttft_ms: float | None) -> list:
-    from wattgpu.rank import search_caps
+    from wattgpu.ranking import search_caps
 
     return [(r.to_dict() if not isinstance(r, WattGPUError) else ("error", type(r).__name__, str(r)), row[2].max_batch,
              kind, why) for r, row, kind, why in search_caps(pred, rows, strict, itl_ms, ttft_ms)]

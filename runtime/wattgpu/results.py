@@ -414,7 +414,7 @@ class RowMemo:
         self.warnings: dict[tuple[int, int, str, str, int], tuple[Any, Any, tuple[str, ...]]] = {}
         self.capacities: dict[tuple[bool, tuple[Any, ...]], tuple[Any, Any, Any]] = {}
         self.mixes: dict[tuple[bool, tuple[Any, ...]], tuple[Any, Any, dict[str, Any]]] = {}
-        # per (strict, row): the options of the SLA batch-cap search, every cap tried (wattgpu.rank._tried)
+        # per (strict, row): the options of the SLA batch-cap search, every cap tried (wattgpu.ranking._tried)
         self.options: dict[tuple[bool, tuple[Any, ...]], tuple[Any, Any, tuple[Any, ...]]] = {}
 
     def clear(self) -> None:
@@ -473,7 +473,7 @@ class RowMemo:
         self.mixes[key] = (row[0], row[1], dict(value))
 
     def option_get(self, key: tuple[Any, ...], row: Row) -> tuple[Any, ...] | None:
-        """The memoised SLA-search options of ``row`` under ``key`` (:func:`wattgpu.rank.search_caps`), or None."""
+        """The memoised SLA-search options of ``row`` under ``key`` (:func:`wattgpu.ranking.search_caps`), or None."""
         hit = self.options.get(key)
         return hit[2] if hit is not None and hit[0] is row[0] and hit[1] is row[1] else None
 

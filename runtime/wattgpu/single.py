@@ -257,7 +257,8 @@ def _server_numbers(bundle: ModelBundle, row: Row, c: dict[str, float], learned:
     vectorised path keeps it (:func:`results.server_mixes`: either path's entry is the other's, bit for bit)."""
     g, _, wl = row
     qps = float(wl.qps)  # type: ignore[arg-type]  # a server workload always has one
-    kept = memo.mix_get(row, learned)
+    key = (learned, capacity._key(row, True))  # as results.server_mixes keys it: specs and every workload field
+    kept = memo.mix_get(key, row)
     mix = _server_mix(bundle, row, c, learned, cap, memo, qps) if kept is None else dict(kept)  # never the entry
     power, itl, busy, batch, req_s = mix["power"], mix["itl"], mix["busy"], mix["batch"], mix["request_s"]
     rate = min(qps, cap.max_qps) * wl.output_tokens
@@ -266,7 +267,7 @@ def _server_numbers(bundle: ModelBundle, row: Row, c: dict[str, float], learned:
     if numbers["not_finite"]:
         return None
     if kept is None:  # kept for rows this path answers (the scalar and vectorised states are tested equal there)
-        memo.mix_put(row, learned, mix)
+        memo.mix_put(key, row, mix)
     overloaded = util > 1.0 + 1e-9
     numbers.update(max_qps=cap.max_qps, utilization=util if overloaded else ops.minimum(util, 1.0),
                    max_concurrency=ops.maximum(c["fit_sequences"], 0.0), overloaded=overloaded)

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from wattgpu import Predictor, SpecValidationError, Workload, default_catalog
-from wattgpu.capacity import BATCH_GRID
+from wattgpu.serving.capacity import BATCH_GRID
 from wattgpu.errors import ModelFitError
 from wattgpu_train import evaluate as E
 from wattgpu_train import selection

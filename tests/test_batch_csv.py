@@ -98,7 +98,7 @@ def test_thousands_of_rows_in_one_vectorised_pass(tmp_path, monkeypatch):
     # set-ups (GPU × batch cap × prompt length here: all 3000 distinct), each at its distinct grid batches
     # (ITL model), plus the power model at each
     # set-up's chosen and peak grid points
-    from wattgpu.capacity import batch_grid
+    from wattgpu.serving.capacity import batch_grid
 
     points = int(batch_grid(np.array([1.0 + i % 64 for i in range(3000)]))[1].sum())
     assert calls[0] == 3000 and len(calls) == 3 and calls[1] == points

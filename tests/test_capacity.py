@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from wattgpu import capacity
+from wattgpu.serving import capacity
 from wattgpu.checks import row_errors
 from wattgpu.cli import main
 from wattgpu.errors import WattGPUError
@@ -168,7 +168,7 @@ def test_sub_batch_itl_by_hand() -> None:
     """Batch 4 whose learned ITL (50 ms) is worse than running it as two sub-batches of 2 (15 ms each, so
     30 ms per token): the ITL is bounded at 4 / (2 / 0.015) = 30 ms. A row whose own point is best keeps
     its ITL; grid points above the row's batch do not count."""
-    from wattgpu.capacity import sub_batch_itl
+    from wattgpu.serving.capacity import sub_batch_itl
 
     grid_b = np.array([[1.0, 2.0, 4.0], [1.0, 2.0, 4.0], [1.0, 2.0, 4.0]])
     grid_i = np.array([[0.010, 0.015, 0.050], [0.010, 0.012, 0.014], [0.010, 0.004, 0.014]])

@@ -9,7 +9,7 @@ import pytest
 from .helpers import run_cli, run_py
 
 # Modules a plain prediction with the packaged (uncalibrated) bundle must not import.
-NOT_ON_PREDICT = ("wattgpu.ranking", "wattgpu.questions", "wattgpu.layout", "wattgpu.fleet", "wattgpu.launch",
+NOT_ON_PREDICT = ("wattgpu.ranking", "wattgpu.questions", "wattgpu.layout", "wattgpu.serving.fleet", "wattgpu.launch",
                   "wattgpu.calibration", "wattgpu.cli", "wattgpu.quant", "numpy.ma", "pathlib")
 
 
@@ -90,7 +90,7 @@ def test_batch_grid_is_strictly_increasing() -> None:
     distinct values all the same."""
     import numpy as np
 
-    from wattgpu.capacity import BATCH_GRID
+    from wattgpu.serving.capacity import BATCH_GRID
 
     assert np.all(np.diff(BATCH_GRID) > 0) and BATCH_GRID[0] == 1.0 and BATCH_GRID[-1] == 65536.0
     assert np.array_equal(BATCH_GRID, np.unique(BATCH_GRID))

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from wattgpu import energy, fleet, parallel
+from wattgpu import energy, parallel
+from wattgpu.serving import fleet
 from wattgpu.errors import SpecValidationError, WattGPUError
 from wattgpu.rules import is_finite_number
 

@@ -54,7 +54,7 @@ def test_rows_next_to_failing_rows_equal_rows_alone() -> None:
 def test_repeated_server_rows_are_solved_once_with_the_same_numbers() -> None:
     """A table that repeats Poisson-server rows (a CSV, a sweep) solves each distinct row once: every
     repeat gets exactly the numbers of the row predicted alone, and the solve runs on distinct rows only."""
-    from wattgpu import server
+    from wattgpu.serving import server
 
     pred = Predictor()
     cat = pred.catalog

@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from wattgpu import assemble, capacity, results
+from wattgpu import assemble, results
+from wattgpu.serving import capacity
 from wattgpu.checks import row_errors
 from wattgpu.predictor import Predictor
 from wattgpu.workload import Workload

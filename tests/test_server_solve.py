@@ -9,7 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from wattgpu import Predictor, Workload, assemble, capacity, server
+from wattgpu import Predictor, Workload, assemble
+from wattgpu.serving import capacity, server
 from wattgpu import features as F
 from wattgpu.results import capacities
 from wattgpu.serving.solve import RTOL, solve_concurrency

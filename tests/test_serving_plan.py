@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from wattgpu import latency
+from wattgpu.serving import latency
 from wattgpu.cli import main
 from wattgpu.errors import WattGPUError
-from wattgpu.fleet import MAX_UTILIZATION
+from wattgpu.serving.fleet import MAX_UTILIZATION
 from wattgpu.predictor import Predictor
 from wattgpu.ranking import batch_caps, rank
 from wattgpu.workload import Workload

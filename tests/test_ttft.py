@@ -12,7 +12,8 @@ import pytest
 
 from wattgpu import ArtifactError, Predictor, Workload, bundle
 from wattgpu import features as F
-from wattgpu import latency, ttft_fit
+from wattgpu.serving import latency
+from wattgpu import ttft_fit
 from wattgpu.errors import SpecValidationError
 
 from .test_calibration_carry import _stamp_format

@@ -40,12 +40,16 @@ LAZY = {
     "Catalog": "specs", "GpuSpec": "specs", "LlmSpec": "specs", "default_catalog": "specs", "Workload": "workload",
     "default_predictor": "predictor", "resolve_pair": "resolve",  # not in __all__, but importable from here before
 }
+# Serving modules that moved into ``wattgpu.serving``: ``wattgpu.capacity`` etc. still resolve to them.
+MOVED = {name: f"serving.{name}" for name in ("capacity", "fleet", "latency", "server")}
 
 
 def __getattr__(name: str) -> Any:
     """A public name from its module (cached here once imported), or a submodule (``wattgpu.specs``)."""
     if name in LAZY:
         value = getattr(import_module(f".{LAZY[name]}", __name__), name)
+    elif name in MOVED:
+        value = import_module(f".{MOVED[name]}", __name__)
     else:
         try:
             value = import_module(f".{name}", __name__)

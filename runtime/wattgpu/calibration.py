@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 import numpy as np
 
 from . import features as F
-from . import latency, ops
+from .serving import latency
+from . import ops
 from .bundle import SCHEMA_FILE, ModelBundle, rewrite_bundle
 from .calibration_format import BOUNDS, PARAMS, TTFT
 from .errors import ConfigFileError, WattGPUError

@@ -9,13 +9,13 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from . import capacity
+from .serving import capacity
 from . import features as F
 from . import parallel, physics
 from .assemble import Row
 from .errors import ModelFitError, UnsupportedModelError, WattGPUError
 from .prediction import Interval
-from .server import IDLE_FRACTION_OF_TDP
+from .serving.server import IDLE_FRACTION_OF_TDP
 from .specs import GpuSpec, LlmSpec
 from .workload import Workload
 

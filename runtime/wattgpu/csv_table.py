@@ -13,7 +13,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from . import latency, record, results, ttft_fit
+from .serving import latency
+from . import record, results, ttft_fit
 from .checks import intervals, not_finite_error
 from .energy import Prices, energy_figures
 from .errors import WattGPUError

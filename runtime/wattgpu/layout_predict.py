@@ -25,7 +25,8 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
-from . import capacity, physics
+from .serving import capacity
+from . import physics
 from . import layout as L
 from .energy import energy_figures
 from .errors import SpecValidationError

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from .bundle import ModelBundle
-from .server import idle_power
+from .serving.server import idle_power
 from .specs import GpuSpec
 
 

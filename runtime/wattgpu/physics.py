@@ -48,7 +48,7 @@ def effective_batch(max_batch: np.ndarray, concurrency: np.ndarray, num_requests
     """Sequences decoding together (the running batch): min(clients or measured concurrency, batch cap,
     what fits in memory), where the concurrency is given (NaN = not given; a NaN cap = not recorded),
     else min(batch cap, requests, what fits); at least 1. The engine never runs more sequences than its
-    cap (vLLM's ``max_num_seqs``): clients beyond it queue (:func:`wattgpu.latency.closed_loop_wait`)."""
+    cap (vLLM's ``max_num_seqs``): clients beyond it queue (:func:`wattgpu.serving.latency.closed_loop_wait`)."""
     conc = ops.asarray(concurrency)
     cap = ops.where(ops.isnan(conc), ops.fmin(max_batch, num_requests), ops.fmin(conc, max_batch))
     return ops.maximum(ops.fmin(cap, ops.maximum(fit, 1.0)), 1.0)

@@ -30,12 +30,12 @@ class Prediction:
     - ``idle_power_w`` / ``idle_power_source``: for server workloads mixed from idle and busy power,
       the idle figure used and whether it was measured (with its source) or estimated.
     - ``max_qps``: the largest Poisson request rate the GPU sustains (batch cap and KV memory; see
-      :mod:`wattgpu.capacity`); ``utilization`` = offered load ÷ ``max_qps`` (1 offline);
+      :mod:`wattgpu.serving.capacity`); ``utilization`` = offered load ÷ ``max_qps`` (1 offline);
       ``max_concurrency``: full-context sequences whose KV cache fits; ``overloaded``: a server load
       beyond capacity (throughput then stays at ``max_qps × output_tokens``).
     - ``calibration``: None, or what a calibrated bundle corrected (its ``summary`` says it in words).
     - ``ttft_s``: time to first token (s): own prefill + prefill queue + wait for a batch slot
-      (``ttft_breakdown``; :mod:`wattgpu.latency`); None when unbounded (a server at or beyond capacity).
+      (``ttft_breakdown``; :mod:`wattgpu.serving.latency`); None when unbounded (a server at or beyond capacity).
       ``e2e_latency_s`` = ``ttft_s`` + (output tokens − 1) × ``itl_s``.
     - ``bound``: what bounds a decode step (``kind``: memory, compute or interconnect, and each part's share).
     """

@@ -29,7 +29,7 @@ from .prediction import Prediction
 from .resolve import as_workload, resolve_gpu, resolve_llm, resolve_pair
 from .results import TABLE_FIELDS
 from .schema import FeatureSchema
-from .server import IDLE_FRACTION_OF_TDP, idle_power
+from .serving.server import IDLE_FRACTION_OF_TDP, idle_power
 from .specs import Catalog, GpuSpec, LlmSpec
 from .workload import Workload
 

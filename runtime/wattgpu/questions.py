@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 from .energy import PRICE_RANGES
 from .errors import SpecValidationError, WattGPUError, _short
-from .fleet import MAX_REPLICAS
+from .serving.fleet import MAX_REPLICAS
 from .layout_limits import DEFAULT_INTERCONNECT, INTERNODE_LINKS, LIMITS, MAX_NODES
 from .parallel import MAX_TP
 from .quant import DTYPE_ALIASES, DTYPE_OVERRIDES

@@ -26,12 +26,13 @@ from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
-from . import capacity, checks, fleet, parallel, questions, record
+from .serving import capacity, fleet
+from . import checks, parallel, questions, record
 from . import features as F
 from .errors import (ArgumentTypeError, ModelFitError, SpecValidationError, UnsupportedModelError, WattGPUError,
                      require_type)
 from .energy import Prices, check_prices
-from .fleet import EVEN_SPLIT, check_max_utilization, check_replicas
+from .serving.fleet import EVEN_SPLIT, check_max_utilization, check_replicas
 from .launch import ContextPlan, context_plans, model_reference, vllm_args
 from .quant import with_dtype
 from .prediction import Prediction
@@ -414,7 +415,7 @@ def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None 
     a count) and a server workload, ``workload.qps`` is the fleet's total rate: each GPU type gets the
     smallest number of independent replicas (or the fixed count) that carries it within the SLA and with
     each replica's utilization at most ``max_utilization`` (default ``fleet.MAX_UTILIZATION``), and
-    candidates are ranked by fleet energy (fleet power at that rate; see :mod:`wattgpu.fleet`).
+    candidates are ranked by fleet energy (fleet power at that rate; see :mod:`wattgpu.serving.fleet`).
     ``dtype`` overrides the checkpoint's weight dtype (see :func:`wattgpu.quant.with_dtype`).
     """
     wl = _as_workload(workload)
@@ -582,7 +583,7 @@ def _rank_fleet(pred: Any, spec: Any, rows: Sequence[tuple[Any, Any, Workload]],
                 max_ttft_ms: float | None, max_utilization: float, dtype: str | None,
                 launch: tuple[str | None, int | None] = (None, None)) -> RankResult:
     """Rank GPU types (and, with ``tp="auto"``, group sizes) by the fleet of replicas that carries
-    ``wl.qps`` (see :mod:`wattgpu.fleet`); each replica is one tensor-parallel group."""
+    ``wl.qps`` (see :mod:`wattgpu.serving.fleet`); each replica is one tensor-parallel group."""
     scale, basis = _itl_scale(pred, strict)
     sla = fleet.Sla(None if max_itl_ms is None else max_itl_ms / 1e3, None if max_ttft_ms is None else max_ttft_ms / 1e3,
                     max_utilization, scale)

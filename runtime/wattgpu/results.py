@@ -9,9 +9,10 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-from . import capacity
+from .serving import capacity
 from . import features as F
-from . import latency, ops, physics, record, ttft_fit
+from .serving import latency
+from . import ops, physics, record, ttft_fit
 from .assemble import Evaluate, Row
 from .assemble import reads as assemble_reads
 from .assemble import take as assemble_take
@@ -23,7 +24,7 @@ from .checks import (capacity_warnings, context_warnings, domain_warnings, inter
 from .energy import energy_figures
 from .flags import model_flags
 from .prediction import Interval, Prediction
-from .server import server_mix
+from .serving.server import server_mix
 from .targets import ITL, POWER
 from .ttft_fit import NO_FIT, TtftFit
 from .workload import KINDS
@@ -89,7 +90,7 @@ def core(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.C
 
 def server_mixes(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.Columns,
                  cap: Mapping[str, np.ndarray], server_rows: list[int], learned: bool) -> Mix:
-    """The solved Poisson-server state (:func:`wattgpu.server.server_mix`) of rows ``server_rows``, memoised per
+    """The solved Poisson-server state (:func:`wattgpu.serving.server.server_mix`) of rows ``server_rows``, memoised per
     row (its specs and every workload field) in the bundle's :class:`RowMemo`, as the capacities are: a row's
     state depends on the row alone."""
     memo = memo_for(bundle)
@@ -117,7 +118,7 @@ def server_mixes(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], c
 
 def _evaluate_others(evaluate: Evaluate, cols: F.Columns, server: np.ndarray) -> dict[str, np.ndarray]:
     """Power and ITL of the rows that are not Poisson servers at their own columns (NaN for server rows: their
-    numbers all come from the solved mix, :func:`wattgpu.server.server_mix`, so these are never read)."""
+    numbers all come from the solved mix, :func:`wattgpu.serving.server.server_mix`, so these are never read)."""
     others = np.flatnonzero(~server)
     if len(others) == len(server):
         return evaluate(cols)
@@ -176,7 +177,7 @@ class Capacity(NamedTuple):
 
 def _padded(grids: Sequence[tuple[float, ...]]) -> np.ndarray:
     """Grids of distinct points as one rows × capacity.GRID_POINTS array laid out as
-    :func:`wattgpu.capacity.capacity_table` lays them out (:func:`wattgpu.capacity.spread`)."""
+    :func:`wattgpu.serving.capacity.capacity_table` lays them out (:func:`wattgpu.serving.capacity.spread`)."""
     points = np.fromiter(map(len, grids), dtype=np.intp, count=len(grids))
     return capacity.spread(np.fromiter(chain.from_iterable(grids), dtype=np.float64, count=int(points.sum())), points)
 
@@ -419,7 +420,7 @@ class RowMemo:
 
     def clear(self) -> None:
         """Forget everything (the objects it holds can then be freed), and the kept slot waits
-        (:func:`wattgpu.latency.server_wait`), so nothing derived from earlier rows remains."""
+        (:func:`wattgpu.serving.latency.server_wait`), so nothing derived from earlier rows remains."""
         self.specs.clear()
         self.warnings.clear()
         self.capacities.clear()

@@ -23,7 +23,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import assemble, capacity, latency, ops, parallel, physics, ttft_fit
+from . import assemble, ops, parallel, physics, ttft_fit
+from .serving import capacity, latency
 from . import features as F
 from .assemble import Row
 from .bundle import ModelBundle
@@ -35,7 +36,7 @@ from .derived import SETUP_COLUMNS, derive_load, derive_setup
 from .raw_columns import at_load, load_free, row_with_concurrency
 from .results import (CLOSED_LOOP_CODE, ROW_COLUMNS, Capacity, RowMemo, finish, latency_numbers, memo_for, prediction,
                       served_token_rate, utilization)
-from .server import idle_power, mix_entry
+from .serving.server import idle_power, mix_entry
 from .serving.solve import solve_concurrency
 from .targets import ITL, POWER, inverse
 

@@ -1,4 +1,4 @@
-"""The fitted part of TTFT (issue 38 item 2): what the physics TTFT of :mod:`wattgpu.latency` leaves out, and
+"""The fitted part of TTFT (issue 38 item 2): what the physics TTFT of :mod:`wattgpu.serving.latency` leaves out, and
 its 80 % interval, read from a bundle's ``ttft`` manifest section (format 5; ``wattgpu-train`` fits it).
 
 - ``excess_steps``: decode steps of the running batch between the step that computes a request's first
@@ -6,7 +6,7 @@ its 80 % interval, read from a bundle's ``ttft`` manifest section (format 5; ``w
   A count of steps, so it scales with the GPU, the LLM and the batch as the step time does.
 - ``burst_s``: seconds a benchmark that starts all its clients together (``workload.arrival = burst``, as
   llmperf and aiperf do) adds to the mean TTFT over a steady-state (staggered) closed loop.
-- ``pcie_comm``: multiples of a prompt's modelled all-reduce time (:func:`wattgpu.latency.prefill_allreduce_s`)
+- ``pcie_comm``: multiples of a prompt's modelled all-reduce time (:func:`wattgpu.serving.latency.prefill_allreduce_s`)
   that a tensor-parallel group linked by PCIe adds (cards without peer-to-peer, such as GeForce boards, route
   the all-reduce through host memory: far below the link's rate). NVLink groups add nothing. Optional in the
   section (bundles fitted before it: 0).

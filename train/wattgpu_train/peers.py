@@ -105,7 +105,7 @@ def wattgpu_logo(records: pd.DataFrame, catalog: Catalog, *, n_jobs: int = 2, qu
     ITL model's, which saw every GPU, so TTFT is only partly cross-validated. Rows it cannot predict keep the
     compute-roofline prefill (``capacity.prefill_s``).
     """
-    from wattgpu.capacity import prefill_s, request_s
+    from wattgpu.serving.capacity import prefill_s, request_s
     from wattgpu.energy import energy_figures
     from wattgpu.results import served_token_rate
 

@@ -10,7 +10,7 @@ fitted excess of the given bundle taken off again); the excess is
     TTFT = physics + ``excess_steps`` × step + ``burst_s`` × burst share + ``pcie_comm`` × PCIe all-reduce
 
 (the last: the prompt's modelled all-reduce time on a TP group linked by PCIe; in a closed loop only the part
-of that excess beyond the slot wait, as :func:`wattgpu.latency.ttft` adds it) with every term ≥ 0, fitted by
+of that excess beyond the slot wait, as :func:`wattgpu.serving.latency.ttft` adds it) with every term ≥ 0, fitted by
 least absolute log error. Held out: for each GPU, the terms are fitted on the
 other GPUs' rows and the 80 % interval factors are the split-conformal 10th/90th order statistics of those rows' own held-out
 (inner leave-one-GPU-out) log residuals; nothing of the held-out GPU is seen.
@@ -23,9 +23,9 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from wattgpu.capacity import prefill_s
+from wattgpu.serving.capacity import prefill_s
 from wattgpu.errors import WattGPUError
-from wattgpu.latency import pcie_allreduce_s
+from wattgpu.serving.latency import pcie_allreduce_s
 from wattgpu.specs import Catalog
 from wattgpu.targets import ITL
 from wattgpu.ttft_fit import BURST_INTERVAL_SHARE, TtftFit
@@ -43,7 +43,7 @@ LEVEL = 0.8
 # (one wave: a burst); aiperf runs 500 requests through 4–256 clients, 2–125 waves, so its mean is the steady
 # closed loop (staggered). A source not listed keeps its workload's own pattern.
 ARRIVAL_OF_SOURCE = {"llmperf_techgrandpa": "burst", "holtmann_consumer_gpu": "staggered"}
-METHOD = ("TTFT = physics (wattgpu.latency: own prefill with attention FLOPs, prefill queue, slot wait) + "
+METHOD = ("TTFT = physics (wattgpu.serving.latency: own prefill with attention FLOPs, prefill queue, slot wait) + "
           "excess_steps x decode step + burst_s x burst share + pcie_comm x the prompt's all-reduce time on a PCIe "
           "TP group (wattgpu.ttft_fit), all >= 0, fitted by least "
           "absolute log error; 80 % interval = split-conformal 10th/90th order statistics of held-out log residuals, "
@@ -121,7 +121,7 @@ def _comm(rows: TtftRows, m: Any) -> np.ndarray:
 
 
 def predict(fit: TtftFit, rows: TtftRows, m: Any = slice(None)) -> np.ndarray:
-    """The fitted TTFT of rows ``m`` (the runtime's composition: wattgpu.latency.ttft)."""
+    """The fitted TTFT of rows ``m`` (the runtime's composition: wattgpu.serving.latency.ttft)."""
     excess = fit.excess_steps * rows.step[m] + fit.burst_seconds(rows.burst[m]) + fit.pcie_comm * _comm(rows, m)
     return rows.physics[m] + _excess_added(excess, rows, m)
 

@@ -48,7 +48,7 @@ def print_layouts(res: LayoutRanking, show_launch: bool = False) -> None:
 def print_layout_prediction(p: dict[str, Any], pue: float, usd_per_gpu_hour: float | None) -> None:
     """Print ``predict``'s answer for a layout (``p``: :data:`wattgpu.record.LAYOUT_PREDICTION`'s JSON) for
     people."""
-    from ..cli.base import num
+    from .base import num
     from .text import money_rows
 
     lay, wl, e = p["layout"], p["workload"], p["energy"]

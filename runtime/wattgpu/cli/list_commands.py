@@ -33,7 +33,7 @@ def gpus(as_json: bool, models: str | None) -> None:
         click.echo(f"{r['name']:<{gw}} {r['tdp_w']:>6.0f} {r['memory_size_gb']:>7.0f} {r['memory_bandwidth_gb_s']:>8.0f} "
                    f"{r['fp16_tflops']:>8.1f} {r['release_year']:>5} {idle:>12} {'yes' if r['measured_in_training'] else '-':>7}"
                    f"  {aliases}")
-    from ..server import IDLE_FRACTION_OF_TDP
+    from ..serving.server import IDLE_FRACTION_OF_TDP
 
     click.echo(f"idle W: meas = measured with a model loaded (source in --json); "
                f"est = {IDLE_FRACTION_OF_TDP:.0%} of TDP (an estimate)")

@@ -1,8 +1,8 @@
 """The Poisson server's concurrency: the smallest root of Little's law L = λ·T(L), exactly.
 
 ``T(L)`` is a request's time in the system at mean concurrency ``L`` (prefill + output tokens × the
-learned ITL at the busy batch, :func:`wattgpu.capacity.request_time`). The capacity table has already
-evaluated ``T`` on its grid of concurrencies (:data:`wattgpu.capacity.BATCH_GRID` below the batch limit, and the limit), so
+learned ITL at the busy batch, :func:`wattgpu.serving.capacity.request_time`). The capacity table has already
+evaluated ``T`` on its grid of concurrencies (:data:`wattgpu.serving.capacity.BATCH_GRID` below the batch limit, and the limit), so
 ``g(L) = L − λ·T(L)`` is known there for free: the first grid point with ``g ≥ 0`` bounds the smallest
 root from above, and no root lies below ``λ · min T(grid)``.
 

@@ -9,7 +9,7 @@ token and per request of the fleet therefore equal one replica's.
 ``auto`` picks the smallest ``n`` whose replicas keep headroom — utilization (qps / n ÷ capacity) at most
 ``max_utilization`` (default ``MAX_UTILIZATION`` = 0.8: a Poisson server's queue, and so its TTFT, grows as
 1 / (1 − utilization), so nobody runs one at 98 %) — and, with an SLA, whose predicted ITL and TTFT meet it:
-start from ``ceil(qps / (capacity within the ITL SLA × max_utilization))`` (see :mod:`wattgpu.capacity`),
+start from ``ceil(qps / (capacity within the ITL SLA × max_utilization))`` (see :mod:`wattgpu.serving.capacity`),
 step down while ``n - 1`` replicas still meet it and up while ``n`` misses (the capacity grid is coarse).
 """
 from __future__ import annotations
@@ -21,12 +21,12 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import capacity
-from . import features as F
-from .errors import WattGPUError
-from .prediction import Prediction
-from .specs import GpuSpec, LlmSpec
-from .workload import MIN_QPS, Workload
-from .rules import is_finite_number
+from .. import features as F
+from ..errors import WattGPUError
+from ..prediction import Prediction
+from ..specs import GpuSpec, LlmSpec
+from ..workload import MIN_QPS, Workload
+from ..rules import is_finite_number
 
 EVEN_SPLIT = ("load split evenly: each of n independent replicas (one GPU or one tensor-parallel group) receives "
               "qps / n Poisson requests/s; fleet power = n × replica power")

@@ -6,12 +6,12 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from . import capacity as capacity_mod
-from . import features as F
-from . import physics
-from .assemble import Evaluate, Row
-from .specs import GpuSpec
-from .serving.solve import solve_concurrency
-from .targets import ITL, POWER
+from .. import features as F
+from .. import physics
+from ..assemble import Evaluate, Row
+from ..specs import GpuSpec
+from .solve import solve_concurrency
+from ..targets import ITL, POWER
 
 IDLE_FRACTION_OF_TDP = physics.IDLE_FRACTION_OF_TDP  # estimate used only when the catalog has no measured idle power
 
@@ -32,9 +32,9 @@ def server_mix(evaluate: Evaluate, rows: Sequence[Row], cols: F.Columns, learned
     are evaluated as the server workload at concurrency L, exactly as the training rows were
     described, and the learned power is the mean power. At most ``cap`` sequences decode at once;
     a rate beyond ``capacity["max_qps"]`` is overloaded: the GPU runs saturated at the capacity's
-    operating point (see :mod:`wattgpu.capacity`). Repeated rows are solved once; ``classes``
+    operating point (see :mod:`wattgpu.serving.capacity`). Repeated rows are solved once; ``classes``
     (:func:`wattgpu.features.cap_classes` of ``cols``) lets rows that differ in their batch cap only share each
-    model evaluation at a concurrency within both caps (:func:`wattgpu.capacity.request_time`)."""
+    model evaluation at a concurrency within both caps (:func:`wattgpu.serving.capacity.request_time`)."""
     first: dict[Any, int] = {}
     keys = capacity_mod.row_keys(rows, True)  # specs and every workload field
     where = [first.setdefault(k, i) for i, k in enumerate(keys)]

@@ -28,8 +28,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import features as F
-from . import ops, physics
+from .. import features as F
+from .. import ops, physics
 
 # Batch sizes every cap's grid draws from (the powers of two and 1.5 × them, up to the largest concurrency a
 # workload may ask for): shared, so a cap's grid holds every smaller cap that is on it.

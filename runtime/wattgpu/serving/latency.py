@@ -42,8 +42,9 @@ from typing import Any
 
 import numpy as np
 
-from . import capacity, ops, parallel, physics
-from .workload import KINDS
+from . import capacity
+from .. import ops, parallel, physics
+from ..workload import KINDS
 
 # Share of the dense tensor peak a prefill reaches: large GEMMs run at 50–70 % of peak in vLLM/TensorRT
 # kernels, attention and norms lower; a round a-priori figure, not fitted on the TTFT rows.

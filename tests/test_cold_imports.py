@@ -25,6 +25,13 @@ def _run_json(code: str) -> object:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
+def _loaded_by_dependencies(names: tuple[str, ...], deps: str) -> set[str]:
+    """Those of ``names`` that importing the dependencies ``deps`` alone loads in a fresh process: numpy 1.x
+    imports numpy.ma itself, and some onnxruntime versions import pathlib, so they are not wattgpu's to skip."""
+    return set(_run_json(f"import sys, json\nimport {deps}\n"  # type: ignore[arg-type]
+                         f"print(json.dumps([m for m in {names!r} if m in sys.modules]))"))
+
+
 def test_import_wattgpu_loads_only_the_package_and_its_errors() -> None:
     loaded = _run_json("import sys, json\nbefore = set(sys.modules)\nimport wattgpu\n"
                        "print(json.dumps(sorted(set(sys.modules) - before)))")
@@ -37,7 +44,7 @@ def test_a_prediction_skips_what_it_does_not_need() -> None:
                        "p = wattgpu.predict('NVIDIA A100 SXM4 40GB', 'meta-llama/Llama-3.1-8B-Instruct')\n"
                        "assert p.power_w > 0\n"
                        f"print(json.dumps([m for m in {NOT_ON_PREDICT!r} if m in sys.modules]))")
-    assert loaded == []
+    assert set(loaded) - _loaded_by_dependencies(NOT_ON_PREDICT, "numpy, onnxruntime") == set()  # type: ignore[arg-type]
 
 
 def test_every_public_name_resolves_in_a_fresh_process() -> None:
@@ -108,7 +115,8 @@ def test_cli_predict_loads_only_its_command() -> None:
     res = run_py(code)
     assert res.returncode == 0, res.stderr
     assert "mean power" in res.stdout
-    assert json.loads(res.stderr.strip().splitlines()[-1]) == []
+    loaded = set(json.loads(res.stderr.strip().splitlines()[-1]))
+    assert loaded - _loaded_by_dependencies(NOT_ON_CLI_PREDICT, "numpy, onnxruntime, click") == set()
 
 
 def test_cli_lists_and_runs_every_command_in_a_fresh_process() -> None:

@@ -239,8 +239,10 @@ def markdown(r: dict[str, Any]) -> str:
         "as httpx would take a large share of the two cores itself). The predict throughput cycles over 40 "
         "offline and closed-loop (GPU, LLM, workload) bodies, which the runtime answers on its single-row path; "
         "server-workload bodies (Poisson arrivals) are measured apart because each also solves Little's law "
-        "(the one-row solve: `server_prediction_p50_us` of benchmarks/bench_runtime.py, about 4x an offline "
-        "prediction), which no server can hide. "
+        "(the one-row solve, `server_prediction_p50_us` of benchmarks/bench_runtime.py; a repeated body reads "
+        "its solved state from the row memo, `server_prediction_unmemoised_p50_us` is the first solve). "
+        "Every body is repeated, so after the first pass each is answered with its capacity (and a server "
+        "body's solved state) memoised: the figures are those of a service answering recurring questions. "
         "The RSS loop uses the offline/closed-loop bodies. Rank bodies rank the whole catalog. Raw figures: "
         "`reports/bench_service.json`.",
         END,

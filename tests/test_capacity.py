@@ -176,3 +176,34 @@ def test_sub_batch_itl_by_hand() -> None:
     assert got[0] == pytest.approx(0.030)
     assert got[1] == 0.014
     assert got[2] == 0.010  # the 2-sequence point (faster) is above this row's batch of 1
+
+
+@pytest.mark.parametrize("learned", [False, True])
+def test_power_in_the_grid_pass_equals_power_at_the_chosen_points(pred: Predictor, monkeypatch: pytest.MonkeyPatch,
+                                                                    learned: bool) -> None:
+    """capacity_table evaluates power on the whole grid in the ITL pass for a few set-ups and only at the chosen
+    points for more (ONE_PASS_MAX_SETUPS): both ways give every output bit for bit, over set-up counts on
+    both sides of the switch, varied workloads, TP and an SLA."""
+    from wattgpu import features as F
+
+    llms = [pred.resolve_llm(m) for m in (LLM, "Qwen/Qwen2.5-0.5B-Instruct", "mistralai/Mixtral-8x7B-Instruct-v0.1")]
+    wls = [Workload(), Workload(max_batch=64, input_tokens=1024, output_tokens=512),
+           Workload(kind="closed_loop", concurrency=16), Workload(max_batch=8, engine="tgi"), Workload(tp=2)]
+    triples = [(g, m, w) for i, g in enumerate(pred.catalog.gpus[::3]) for m in llms for w in wls[i % len(wls):][:2]]
+    ok = [t for t, e in zip(triples, row_errors(triples)[0]) if e is None]
+    assert len(ok) > 40
+    for n in (1, 2, 3, 5, 40):
+        rows = ok[n:2 * n]
+        cols = F.columns(rows)
+        sla = np.where(np.arange(len(rows)) % 2 == 0, 0.05, np.nan)
+        got = []
+        for limit in (0, 10**9):  # two passes always, one pass always
+            monkeypatch.setattr(capacity, "ONE_PASS_MAX_SETUPS", limit)
+            with np.errstate(all="ignore"):
+                got.append([capacity.capacity_table(pred._evaluate, rows, cols, learned, max_itl_s=s)
+                            for s in (None, sla)])
+        for a, b in zip(*got):
+            assert a.keys() == b.keys()
+            for k in a:
+                x, y = np.asarray(a[k]), np.asarray(b[k])
+                assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes(), (n, k)

@@ -9,10 +9,9 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-from .serving import capacity
 from . import features as F
-from .serving import latency
 from . import ops, physics, record, ttft_fit
+from .serving import capacity, latency
 from .assemble import Evaluate, Row
 from .assemble import reads as assemble_reads
 from .assemble import take as assemble_take

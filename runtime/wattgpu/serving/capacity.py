@@ -134,10 +134,10 @@ def capacity_table(evaluate: Callable[[F.Columns], dict[str, np.ndarray]], tripl
     n = len(uniq)
     limit = batch_limit(cols)[uniq]
     grid, distinct = batch_grid(limit)
-    # The grid needs the ITL model only (W(b)); power is evaluated below at the chosen point of each row. Only the
-    # distinct points are evaluated (the padding repeats the limit).
+    # The grid needs the ITL model (W(b)); power is needed only at each row's chosen point and peak point: for a few
+    # set-ups it is evaluated on the whole grid in this pass (cheaper than a second pass), else below at those points
+    # (ONE_PASS_MAX_SETUPS). Only the distinct points are evaluated (the padding repeats the limit).
     er, ec = np.nonzero(np.arange(GRID_POINTS)[None, :] < distinct[:, None])
-    # a few set-ups (one question's row): power on the whole grid in the same pass costs less than a second pass
     one_pass = n <= ONE_PASS_MAX_SETUPS
     got = request_time(evaluate, cols, uniq[er], grid[er, ec], limit[er], learned,
                        targets=("itl", "power") if one_pass else ("itl",))
@@ -153,7 +153,7 @@ def capacity_table(evaluate: Callable[[F.Columns], dict[str, np.ndarray]], tripl
     k = np.argmax(lam, axis=1)
     pick = (slot, k)
     # the grid point whose throughput b / ITL(b) is highest: where the sub-batch bound binds for a row at the
-    # batch limit, its power is this point's (sub_batch); evaluated here with the chosen points, once
+    # batch limit, its power is this point's (sub_batch)
     _, peak = sub_batch(np.full(n, np.inf), limit, batch, itl)
     peak_k = np.where(peak >= 0, peak, 0)
     if one_pass:
@@ -171,7 +171,7 @@ def capacity_table(evaluate: Callable[[F.Columns], dict[str, np.ndarray]], tripl
 
 
 # At most this many distinct set-ups, :func:`capacity_table` evaluates power on the whole grid in the ITL pass
-# (a one-row question: ~0.2 ms less than a second pass); above it, power only at the chosen points. Either way
+# (a one-row question: ~0.1 ms less than a second pass); above it, power only at the chosen points. Either way
 # each point's power comes from the same feature row, so the same value (row-wise models).
 ONE_PASS_MAX_SETUPS = 2
 

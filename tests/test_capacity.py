@@ -207,3 +207,16 @@ def test_power_in_the_grid_pass_equals_power_at_the_chosen_points(pred: Predicto
             for k in a:
                 x, y = np.asarray(a[k]), np.asarray(b[k])
                 assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes(), (n, k)
+
+
+@pytest.mark.parametrize("qps", [1e30, 1.7976931348623157e308])
+def test_replicas_auto_for_a_rate_near_the_float_limit_is_overloaded_not_a_crash(pred: Predictor, qps: float) -> None:
+    """qps / (capacity x max utilization) overflows to inf at the largest float: the fleet stops at MAX_REPLICAS
+    and says overloaded, as it does for a merely huge rate (found by tests/test_properties.py)."""
+    from wattgpu.serving.fleet import MAX_REPLICAS
+
+    res = rank("allenai/OLMo-2-1124-13B-Instruct", Workload(kind="server", qps=qps), gpus=["NVIDIA Jetson AGX Orin 64GB"],
+               replicas="auto", predictor=pred)
+    assert not res.candidates
+    (x,) = res.excluded
+    assert x.reason_kind == "overloaded" and f"needs {qps / MAX_REPLICAS:.4g} req/s" in x.reason

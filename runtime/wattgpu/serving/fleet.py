@@ -103,7 +103,8 @@ def plan(predictor: Any, llm: LlmSpec, gpus: Sequence[GpuSpec], wl: Workload, re
                 why[i] = ("misses SLA even at batch 1: "
                           + capacity.itl_miss(float(cap["itl_s"][j]) * sla.itl_scale, sla.max_itl_s * 1e3))  # type: ignore[operator]
             else:
-                n[i] = min(max(1, math.ceil(total / (c * sla.max_utilization) * (1 - 1e-12))), MAX_REPLICAS)
+                need = total / (c * sla.max_utilization) * (1 - 1e-12)  # inf for a rate near the float limit
+                n[i] = MAX_REPLICAS if need >= MAX_REPLICAS else max(1, math.ceil(need))
         # the capacity grid is coarse (1.5 × steps), so its count can be high: step down while one replica
         # fewer still carries the load within the SLA and the utilization target (feasibility only improves
         # with more replicas)

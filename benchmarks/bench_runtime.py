@@ -150,20 +150,48 @@ def _bytecode_env(env: dict[str, str], cache_dir: str) -> dict[str, str]:
     return out
 
 
+# A second floor of the cold start: onnxruntime imported and the shipped models' two sessions created with
+# the bundle's options (wattgpu.bundle.ModelBundle._load_session), without wattgpu: what onnxruntime itself
+# spends before any prediction can run (its environment's first-session set-up included).
+SESSIONS_CHILD = r"""
+import onnxruntime as ort
+for path in {paths!r}:
+    o = ort.SessionOptions()
+    o.intra_op_num_threads = o.inter_op_num_threads = 1
+    o.log_severity_level = 3
+    o.enable_cpu_mem_arena = o.enable_mem_pattern = False
+    o.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    with open(path, "rb") as f:
+        ort.InferenceSession(f.read(), o, providers=["CPUExecutionProvider"])
+"""
+
+
+def _model_paths() -> list[str]:
+    """The shipped ONNX files of the wattgpu this script measures."""
+    import wattgpu
+
+    models = Path(wattgpu.__file__).resolve().parent / "models"
+    return sorted(str(p) for p in models.glob("*.onnx"))
+
+
 def bench_cold_start(repeats: int, llm: str, gpu: str, env: dict[str, str]) -> dict[str, Any]:
     code = COLD_CHILD.format(llm=llm, gpu=gpu)
     floor_cmd = [sys.executable, "-c", "import onnxruntime"]
+    sessions_cmd = [sys.executable, "-c", SESSIONS_CHILD.format(paths=_model_paths())]
     api_cmd = [sys.executable, "-c", code]
     cli_cmd = [sys.executable, "-m", "wattgpu.cli", "predict", "--gpu", gpu, "--llm", llm]
-    walls, imports, firsts, rss, floors, clis = [], [], [], [], [], []
+    walls, imports, firsts, rss, floors, clis, sessions = [], [], [], [], [], [], []
     with tempfile.TemporaryDirectory() as cache:
         env = _bytecode_env(env, cache)
-        for cmd in (floor_cmd, api_cmd, cli_cmd):  # warm-up: writes the bytecode cache, warms the page cache
+        for cmd in (floor_cmd, sessions_cmd, api_cmd, cli_cmd):  # warm-up: writes the bytecode cache, warms the page cache
             subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
         for _ in range(repeats):  # interleaved, so load changes hit the floor and the figures alike
             t = time.perf_counter()
             subprocess.run(floor_cmd, env=env, capture_output=True, check=True)
             floors.append((time.perf_counter() - t) * 1e3)
+            t = time.perf_counter()
+            subprocess.run(sessions_cmd, env=env, capture_output=True, check=True)
+            sessions.append((time.perf_counter() - t) * 1e3)
             t = time.perf_counter()
             out = subprocess.run(api_cmd, env=env, capture_output=True, text=True, check=True)
             walls.append((time.perf_counter() - t) * 1e3)
@@ -191,6 +219,9 @@ def bench_cold_start(repeats: int, llm: str, gpu: str, env: dict[str, str]) -> d
         "cold_start_ms": summarise(walls),
         "cold_start_floor_import_onnxruntime_ms": summarise(floors),
         "cold_start_over_import_onnxruntime": summarise([w / f for w, f in zip(walls, floors)]),
+        "cold_start_floor_sessions_ms": summarise(sessions),
+        "cold_start_sessions_over_import_onnxruntime": summarise([x / f for x, f in zip(sessions, floors)]),
+        "cold_start_over_sessions_floor": summarise([w / x for w, x in zip(walls, sessions)]),
         "cold_start_cli_ms": summarise(clis),
         "cold_start_cli_over_import_onnxruntime": summarise([c / f for c, f in zip(clis, floors)]),
         "cold_start_in_process_ms": summarise([a + b for a, b in zip(imports, firsts)]),
@@ -199,6 +230,10 @@ def bench_cold_start(repeats: int, llm: str, gpu: str, env: dict[str, str]) -> d
         "cold_start_peak_rss_mb": summarise(rss),
         "_cold_start_import_breakdown_ms": {k: round(v, 1) for k, v in breakdown.items()},
         "_cold_start": {"floor": "python -c 'import onnxruntime' (imports numpy too)",
+                        "floor_sessions": "import onnxruntime and create the shipped models' two sessions with the "
+                                          "bundle's options, no wattgpu: onnxruntime's own share of a first "
+                                          "prediction (cold_start_sessions_over_import_onnxruntime is that share "
+                                          "of the 1.15× budget already spent)",
                         "api": "python -c 'import wattgpu; wattgpu.predict(gpu, llm)'",
                         "cli": f"python -m wattgpu.cli predict --gpu {gpu!r} --llm {llm!r}",
                         "bytecode": "compiled once into a temporary PYTHONPYCACHEPREFIX, as an install has it",
@@ -877,7 +912,7 @@ def judge(name: str, fig: dict[str, Any]) -> None:
 
 UNITS = {"_ms": "ms", "_us": "µs", "_kb": "KB", "_mb": "MB", "_per_s_one_core": "rows/s", "_per_s": "rows/s",
          "_over_import_onnxruntime": "×", "_over_onnx_floor": "×", "_over_predict_table": "×", "_over_onnx": "×",
-         "_over_onnx_alone_one_core": "×", "_share_of_predict_table_one_core": "×",
+         "_over_onnx_alone_one_core": "×", "_share_of_predict_table_one_core": "×", "_over_sessions_floor": "×",
          "_per_row": "µs", "_single": "×", "_batch": "×"}
 
 
@@ -911,6 +946,9 @@ TARGETS = [
     ("cold start, API", "cold_start_ms", "cold_start_floor_import_onnxruntime_ms", "cold_start_over_import_onnxruntime"),
     ("cold start, CLI", "cold_start_cli_ms", "cold_start_floor_import_onnxruntime_ms",
      "cold_start_cli_over_import_onnxruntime"),
+    ("cold start, ORT + sessions", "cold_start_floor_sessions_ms", "cold_start_floor_import_onnxruntime_ms",
+     "cold_start_sessions_over_import_onnxruntime"),
+    ("cold start API vs sessions", "cold_start_ms", "cold_start_floor_sessions_ms", "cold_start_over_sessions_floor"),
     ("rank 52 GPUs, offline", "rank_full_catalog_ms", "rank_full_catalog_floor_predict_table_ms",
      "rank_full_catalog_over_predict_table"),
     ("rank 52 GPUs, server", "rank_server_ms", "rank_server_floor_predict_table_ms", "rank_server_over_predict_table"),

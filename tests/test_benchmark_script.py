@@ -22,7 +22,8 @@ TIMED = ["cold_start_ms", "cold_start_in_process_ms", "cold_import_wattgpu_ms", 
          "one_prediction_varied_pairs_p50_us", "rank_full_catalog_ms", "batch_predictions_per_s_one_core",
          "batch_predictions_per_s", "server_prediction_p50_us", "server_prediction_floor_onnx_p50_us",
          "server_prediction_unmemoised_p50_us", "rank_server_ms", "rank_server_sla_ms", "csv_10k_rows_per_s",
-         "csv_10k_floor_onnx_rows_per_s", "csv_10k_floor_write_rows_per_s"]
+         "csv_10k_floor_onnx_rows_per_s", "csv_10k_floor_write_rows_per_s", "cold_start_floor_sessions_ms",
+         "cold_start_over_sessions_floor"]
 SIZES = ["installed_package_mb", "wheel_kb", "file_power_onnx_kb", "file_itl_onnx_kb"]
 XGB = ["xgboost_over_onnx_per_row_single", "xgboost_inplace_over_onnx_per_row_single",
        "xgboost_over_onnx_per_row_batch", "single_row_xgboost_predict_us", "single_row_onnx_us",

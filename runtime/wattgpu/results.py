@@ -2,15 +2,17 @@
 from __future__ import annotations
 
 import math
+import operator
 import weakref
 from itertools import chain
+from operator import itemgetter
 from dataclasses import fields
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
 from . import features as F
-from . import ops, physics, record, ttft_fit
+from . import ops, physics, raw_columns, record, ttft_fit
 from .serving import capacity, latency
 from .assemble import Evaluate, Row
 from .assemble import reads as assemble_reads
@@ -196,6 +198,18 @@ def capacities(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], col
             firsts.append(i)
         where[i] = s
     keys = list(slot_of)
+    kept = memo.table_get(keys, [rows[i] for i in firsts])
+    if kept is None:
+        kept = _capacity_arrays(memo, evaluate, rows, cols, learned, keys, firsts)
+    out = {k: v[where] for k, v in kept.items()}
+    out["max_concurrency"] = np.maximum(cols["fit_sequences"], 0.0)
+    return out
+
+
+def _capacity_arrays(memo: "RowMemo", evaluate: Evaluate, rows: Sequence[Row], cols: F.Columns, learned: bool,
+                     keys: list[tuple[Any, ...]], firsts: list[int]) -> dict[str, np.ndarray]:
+    """The :class:`Capacity` fields of the set-ups ``keys`` (first seen at rows ``firsts``) as arrays, one row per
+    set-up; each set-up's Capacity memoised, and these arrays kept per list of set-ups (:meth:`RowMemo.table_get`)."""
     got = [memo.capacity_get(key, rows[i]) for key, i in zip(keys, firsts)]
     miss = [s for s, c in enumerate(got) if c is None]
     if miss:
@@ -204,16 +218,17 @@ def capacities(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], col
         for j, s in enumerate(miss):
             got[s] = Capacity.of(table, j)
             memo.capacity_put(keys[s], rows[idx[j]], got[s])
-    return {"max_qps": np.array([c.max_qps for c in got])[where],
-            "grid_batch": _padded([c.grid_batch for c in got])[where],
-            "grid_itl": _padded([c.grid_itl for c in got])[where],
-            "concurrency": np.array([c.concurrency for c in got])[where],
-            "limit": np.array([c.limit for c in got])[where],
-            "grid_conc": _padded([c.grid_conc for c in got])[where],
-            "grid_req": _padded([c.grid_req for c in got])[where],
-            "peak_k": np.array([c.peak_k for c in got], dtype=np.intp)[where],
-            "peak_power": np.array([c.peak_power for c in got], dtype=np.float64)[where],
-            "max_concurrency": np.maximum(cols["fit_sequences"], 0.0)}
+    out = {"max_qps": np.array([c.max_qps for c in got]),
+           "grid_batch": _padded([c.grid_batch for c in got]),
+           "grid_itl": _padded([c.grid_itl for c in got]),
+           "concurrency": np.array([c.concurrency for c in got]),
+           "limit": np.array([c.limit for c in got]),
+           "grid_conc": _padded([c.grid_conc for c in got]),
+           "grid_req": _padded([c.grid_req for c in got]),
+           "peak_k": np.array([c.peak_k for c in got], dtype=np.intp),
+           "peak_power": np.array([c.peak_power for c in got], dtype=np.float64)}
+    memo.table_put(keys, [rows[i] for i in firsts], out)
+    return out
 
 
 def latency_numbers(cols: Any, budget: Any, batch: Any, itl: Any, tokens_per_s: Any, step_s: Any,
@@ -408,6 +423,8 @@ class RowMemo:
     LIMIT = 4096
     MIX_LIMIT = 1024  # solved server states (a dict of ~15 numbers each; a whole-catalog SLA rank has ~400 rows)
     OPTIONS_LIMIT = 1024  # SLA-search rows (~9 caps of 7 numbers each; a whole-catalog rank with tp auto has ~150)
+    TABLES_LIMIT = 64  # capacity arrays of lists of set-ups (a whole-catalog rank: ~50-400 set-ups, ~40 numbers each)
+    TABLE_SETUPS = 1024  # longer lists of set-ups are not kept
 
     def __init__(self) -> None:
         self.specs: dict[tuple[int, Any], tuple[Any, Any]] = {}
@@ -416,16 +433,21 @@ class RowMemo:
         self.mixes: dict[tuple[bool, tuple[Any, ...]], tuple[Any, Any, dict[str, Any]]] = {}
         # per (strict, row): the options of the SLA batch-cap search, every cap tried (wattgpu.ranking._tried)
         self.options: dict[tuple[bool, tuple[Any, ...]], tuple[Any, Any, tuple[Any, ...]]] = {}
+        # per list of capacity keys: the rows' (GPU, LLM) objects and their capacities as arrays (capacities())
+        self.tables: dict[tuple[Any, ...], tuple[list[Any], list[Any], dict[str, np.ndarray]]] = {}
 
     def clear(self) -> None:
         """Forget everything (the objects it holds can then be freed), and the kept slot waits
-        (:func:`wattgpu.serving.latency.server_wait`), so nothing derived from earlier rows remains."""
+        (:func:`wattgpu.serving.latency.server_wait`) and batches' set-up columns
+        (:func:`wattgpu.raw_columns.columns`), so nothing derived from earlier rows remains."""
         self.specs.clear()
         self.warnings.clear()
         self.capacities.clear()
         self.mixes.clear()
         self.options.clear()
+        self.tables.clear()
         latency.forget_waits()
+        raw_columns.forget_setups()
 
     def spec(self, obj: Any, make: Callable[[Any], Any]) -> Any:
         """``make(obj)``, computed once per object."""
@@ -461,6 +483,23 @@ class RowMemo:
         if len(self.capacities) > self.LIMIT:
             self.capacities.clear()
         self.capacities[key] = (row[0], row[1], value)
+
+    def table_get(self, keys: list[tuple[Any, ...]], rows: Sequence[Row]) -> dict[str, np.ndarray] | None:
+        """The kept capacity arrays of the set-ups ``keys`` (first seen at ``rows``), or None; read-only."""
+        hit = self.tables.get(tuple(keys))
+        if hit is None or not all(map(operator.is_, hit[0], map(itemgetter(0), rows))) \
+                or not all(map(operator.is_, hit[1], map(itemgetter(1), rows))):
+            return None
+        return hit[2]
+
+    def table_put(self, keys: list[tuple[Any, ...]], rows: Sequence[Row], arrays: dict[str, np.ndarray]) -> None:
+        if len(keys) > self.TABLE_SETUPS:
+            return
+        if len(self.tables) >= self.TABLES_LIMIT:
+            self.tables.clear()
+        for v in arrays.values():
+            v.flags.writeable = False
+        self.tables[tuple(keys)] = ([r[0] for r in rows], [r[1] for r in rows], arrays)
 
     def mix_get(self, key: tuple[Any, ...], row: Row) -> dict[str, Any] | None:
         """The memoised server state of ``row`` under ``key`` (:func:`server_mixes`), or None."""

@@ -287,54 +287,54 @@ def prediction(bundle: ModelBundle, i: int, row: Row, cols: F.Columns, numbers: 
                mix: dict[str, Any] | None, memo: "RowMemo | None" = None) -> Prediction:
     """Row ``i`` of the vectorised core as a Prediction, with its warnings and intervals."""
     gpu, llm, wl = row
-    if numbers["not_finite"][i]:
+    n = numbers
+    if n["not_finite"][i]:
         raise not_finite_error(row)
     memo = memo_for(bundle) if memo is None else memo
-    wl_dict = memo.spec(wl, _workload_dict)
-    max_qps, overloaded = float(numbers["max_qps"][i]), bool(numbers["overloaded"][i])
-    max_conc = int(numbers["max_concurrency"][i])
+    wl_dict, ls_rho = memo.spec(wl, _workload_static)
+    max_qps, overloaded = float(n["max_qps"][i]), bool(n["overloaded"][i])
+    max_conc, utilization = int(n["max_concurrency"][i]), float(n["utilization"][i])
     warnings = row_warnings(bundle, row, memo, mix, overloaded, max_qps, int(cols["fit_batch"][i]), max_conc,
-                            float(numbers["utilization"][i]), float(numbers["raw_power_w"][i]))
-    power, itl = float(numbers["power_w"][i]), float(numbers["itl_s"][i])
-    batch, tokens_per_s = float(numbers["effective_batch"][i]), float(numbers["throughput_tok_s"][i])
+                            utilization, float(n["raw_power_w"][i]))
+    power, itl = float(n["power_w"][i]), float(n["itl_s"][i])
     idle_w, idle_src = (None, None) if mix is None else (mix["idle_w"], mix["idle_source"])
-    method = power_method(mix, bool(numbers["server_learned"][i]))
-    scen = physics.paper_scenario(wl.kind, wl.qps)
-    baselines = {"tdp_w": gpu.tdp_w, "ls_tdp_w": physics.ls_tdp_power_w(gpu.tdp_w, scen),
-                 "prefill_roofline_s": float(numbers["prefill_roofline_s"][i]),
-                 # at the batch the ITL is predicted at: a server's solved busy batch, not the offline cap
-                 "roofline_itl_s": float(cols["roofline_itl_s"][i]) if mix is None else mix["roofline_itl_s"],
-                 "tdp_total_w": gpu.tdp_w * wl.tp, "ls_tdp_total_w": physics.ls_tdp_power_w(gpu.tdp_w, scen) * wl.tp}
+    tdp = gpu.tdp_w
+    ls_tdp = ls_rho * tdp  # physics.ls_tdp_power_w(tdp, scenario): the same product
+    prefill_roofline = float(n["prefill_roofline_s"][i])
+    # at the batch the ITL is predicted at: a server's solved busy batch, not the offline cap
+    roofline_itl = float(cols["roofline_itl_s"][i]) if mix is None else mix["roofline_itl_s"]
+    baselines = {"tdp_w": tdp, "ls_tdp_w": ls_tdp, "prefill_roofline_s": prefill_roofline,
+                 "roofline_itl_s": roofline_itl, "tdp_total_w": tdp * wl.tp, "ls_tdp_total_w": ls_tdp * wl.tp}
     factors, calibrated = gpu_factors(bundle, gpu, memo)
+    ttft = _finite(n["ttft_s"][i])
     return _new_prediction(
         llm=llm.name, gpu=gpu.name, workload=dict(wl_dict), power_w=power, itl_s=itl,
-        system_s_per_token=float(numbers["system_s_per_token"][i]), throughput_tok_s=tokens_per_s,
-        energy_per_token_j=float(numbers["energy_per_token_j"][i]),
-        energy_per_request_j=float(numbers["energy_per_request_j"][i]), effective_batch=batch,
-        busy_fraction=float(numbers["busy_fraction"][i]), power_method=method, idle_power_w=idle_w,
-        idle_power_source=idle_src,
-        power_intervals=intervals(factors.get(POWER, ()), power, cap=gpu.tdp_w,
+        system_s_per_token=float(n["system_s_per_token"][i]), throughput_tok_s=float(n["throughput_tok_s"][i]),
+        energy_per_token_j=float(n["energy_per_token_j"][i]),
+        energy_per_request_j=float(n["energy_per_request_j"][i]), effective_batch=float(n["effective_batch"][i]),
+        busy_fraction=float(n["busy_fraction"][i]), power_method=power_method(mix, bool(n["server_learned"][i])),
+        idle_power_w=idle_w, idle_power_source=idle_src,
+        power_intervals=intervals(factors.get(POWER, ()), power, cap=tdp,
                                   floor=min(power, float(cols["idle_power_w"][i]))),
-        itl_intervals=intervals(factors.get(ITL, ()), itl, floor=min(itl, baselines["roofline_itl_s"])),
+        itl_intervals=intervals(factors.get(ITL, ()), itl, floor=min(itl, roofline_itl)),
         baselines=baselines,
-        warnings=tuple(warnings), max_qps=max_qps, utilization=float(numbers["utilization"][i]),
+        warnings=tuple(warnings), max_qps=max_qps, utilization=utilization,
         max_concurrency=max_conc, overloaded=overloaded,
         tp=wl.tp, allreduce_s_per_step=float(cols["comm_s"][i]), calibration=calibrated,
-        ttft_s=_finite(numbers["ttft_s"][i]), e2e_latency_s=_finite(numbers["e2e_latency_s"][i]),
-        ttft_intervals=ttft_intervals(ttft_fit.of(bundle), _finite(numbers["ttft_s"][i]),
-                                      float(numbers["prefill_roofline_s"][i]), wl.burst),
-        ttft_breakdown={"prefill_s": float(numbers["prefill_s"][i]),
-                        "prefill_queue_s": float(numbers["prefill_queue_s"][i]),
-                        "slot_wait_s": _finite(numbers["slot_wait_s"][i]),
-                        "prefill_steps": int(numbers["prefill_steps"][i]),
-                        "prefill_allreduce_s": float(numbers["prefill_allreduce_s"][i]),
-                        "prefill_attention_s": float(numbers["prefill_attention_s"][i]),
-                        "ttft_excess_s": float(numbers["ttft_excess_s"][i]),
-                        "step_s": float(numbers["step_s"][i]),
-                        "prefill_budget_tokens": int(numbers["prefill_budget"][i]),
+        ttft_s=ttft, e2e_latency_s=_finite(n["e2e_latency_s"][i]),
+        ttft_intervals=ttft_intervals(ttft_fit.of(bundle), ttft, prefill_roofline, wl.burst),
+        ttft_breakdown={"prefill_s": float(n["prefill_s"][i]),
+                        "prefill_queue_s": float(n["prefill_queue_s"][i]),
+                        "slot_wait_s": _finite(n["slot_wait_s"][i]),
+                        "prefill_steps": int(n["prefill_steps"][i]),
+                        "prefill_allreduce_s": float(n["prefill_allreduce_s"][i]),
+                        "prefill_attention_s": float(n["prefill_attention_s"][i]),
+                        "ttft_excess_s": float(n["ttft_excess_s"][i]),
+                        "step_s": float(n["step_s"][i]),
+                        "prefill_budget_tokens": int(n["prefill_budget"][i]),
                         "prefill_efficiency": latency.PREFILL_EFFICIENCY},
-        bound=latency.bound(float(numbers["step_memory_s"][i]), float(numbers["step_compute_s"][i]),
-                            float(numbers["step_interconnect_s"][i])))
+        bound=latency.bound(float(n["step_memory_s"][i]), float(n["step_compute_s"][i]),
+                            float(n["step_interconnect_s"][i])))
 
 
 def row_warnings(bundle: ModelBundle, row: Row, memo: "RowMemo", mix: dict[str, Any] | None, overloaded: bool,
@@ -343,9 +343,7 @@ def row_warnings(bundle: ModelBundle, row: Row, memo: "RowMemo", mix: dict[str, 
     """A prediction's warnings, in order: training domain and model flags, context, tensor parallelism,
     capacity, the server solve (``mix``) and a power capped at TDP (``raw_power_w`` above it)."""
     gpu, llm, wl = row
-    warnings = list(memo.domain(bundle, gpu, llm, wl))
-    warnings.extend(context_warnings(llm, wl))
-    warnings.extend(tp_warnings(bundle.schema.domain, gpu, llm, wl))
+    warnings = list(memo.setup_warnings(bundle, gpu, llm, wl))
     warnings.extend(capacity_warnings(gpu, wl, overloaded, max_qps, fit_batch, max_concurrency,
                                       saturated=utilization >= 1.0))
     if mix is not None:
@@ -428,7 +426,8 @@ class RowMemo:
 
     def __init__(self) -> None:
         self.specs: dict[tuple[int, Any], tuple[Any, Any]] = {}
-        self.warnings: dict[tuple[int, int, str, str, int], tuple[Any, Any, tuple[str, ...]]] = {}
+        # (GPU, LLM, kind, engine, context): domain warnings; with the TP degree too: :meth:`setup_warnings`
+        self.warnings: dict[tuple[Any, ...], tuple[Any, Any, tuple[str, ...]]] = {}
         self.capacities: dict[tuple[bool, tuple[Any, ...]], tuple[Any, Any, Any]] = {}
         self.mixes: dict[tuple[bool, tuple[Any, ...]], tuple[Any, Any, dict[str, Any]]] = {}
         # per (strict, row): the options of the SLA batch-cap search, every cap tried (wattgpu.ranking._tried)
@@ -471,6 +470,20 @@ class RowMemo:
         if len(self.warnings) > self.LIMIT:
             self.warnings.clear()
         base = (*domain_warnings(bundle.schema.domain, gpu, llm, wl), *model_flags(llm, gpu, wl.context_tokens))
+        self.warnings[key] = (gpu, llm, base)
+        return base
+
+    def setup_warnings(self, bundle: ModelBundle, gpu: Any, llm: Any, wl: Any) -> tuple[str, ...]:
+        """:meth:`domain`, then the context and tensor-parallel warnings of a row (these also read only the
+        specs and the workload's context length and TP degree), kept per (GPU, LLM, kind, engine, context, TP)."""
+        key = (id(gpu), id(llm), wl.kind, wl.engine, wl.context_tokens, wl.tp)
+        hit = self.warnings.get(key)
+        if hit is not None and hit[0] is gpu and hit[1] is llm:
+            return hit[2]
+        base = (*self.domain(bundle, gpu, llm, wl), *context_warnings(llm, wl),
+                *tp_warnings(bundle.schema.domain, gpu, llm, wl))
+        if len(self.warnings) > self.LIMIT:
+            self.warnings.clear()
         self.warnings[key] = (gpu, llm, base)
         return base
 
@@ -522,8 +535,10 @@ class RowMemo:
         self.options[key] = (row[0], row[1], value)
 
 
-def _workload_dict(wl: Any) -> dict[str, Any]:
-    return wl.to_dict()  # prediction() copies it into each Prediction
+def _workload_static(wl: Any) -> tuple[dict[str, Any], float]:
+    """A workload's dict (prediction() copies it into each Prediction) and its load-scaled TDP factor
+    (:func:`wattgpu.physics.ls_tdp_power_w` is this factor × TDP)."""
+    return wl.to_dict(), physics.LS_TDP_RHO[physics.paper_scenario(wl.kind, wl.qps)]
 
 
 _MEMOS: "weakref.WeakKeyDictionary[ModelBundle, RowMemo]" = weakref.WeakKeyDictionary()

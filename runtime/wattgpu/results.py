@@ -499,7 +499,7 @@ class RowMemo:
 
     def table_get(self, keys: list[tuple[Any, ...]], rows: Sequence[Row]) -> dict[str, np.ndarray] | None:
         """The kept capacity arrays of the set-ups ``keys`` (first seen at ``rows``), or None; read-only."""
-        hit = self.tables.get(tuple(keys))
+        hit = self.tables.get(tuple(keys)) if len(keys) <= self.TABLE_SETUPS else None
         if hit is None or not all(map(operator.is_, hit[0], map(itemgetter(0), rows))) \
                 or not all(map(operator.is_, hit[1], map(itemgetter(1), rows))):
             return None

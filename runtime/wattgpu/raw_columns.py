@@ -127,7 +127,7 @@ def columns(rows: Iterable[tuple[GpuSpec, LlmSpec, Workload]]) -> Columns:
 
 _Parts = list[tuple[list[Any], np.ndarray, tuple[tuple[tuple[str, ...], Callable[[Any], tuple[float, ...]]], ...]]]
 SETUP_ROWS = 1024  # batches up to this size keep their set-up columns (a whole-catalog rank is ~50-400 rows)
-_SETUP_LIMIT = 64  # kept batches (at most ~64 × 1024 rows × ~75 columns × 8 bytes)
+SETUP_LIMIT = 16  # kept batches: at most ~16 × 1024 rows × ~75 columns × 8 bytes ≈ 10 MB
 _SETUPS: dict[tuple[Any, ...], tuple[list[Any], list[Any], Columns]] = {}
 
 
@@ -154,7 +154,7 @@ def _setup_columns(parts: _Parts, n: int) -> Columns:
     if key is not None:
         for v in out.values():
             v.flags.writeable = False  # shared by every later call of this batch
-        if len(_SETUPS) >= _SETUP_LIMIT:
+        if len(_SETUPS) >= SETUP_LIMIT:
             _SETUPS.clear()
         _SETUPS[key] = (list(gpus), list(llms), out)
     return out

@@ -421,8 +421,10 @@ class RowMemo:
     LIMIT = 4096
     MIX_LIMIT = 1024  # solved server states (a dict of ~15 numbers each; a whole-catalog SLA rank has ~400 rows)
     OPTIONS_LIMIT = 1024  # SLA-search rows (~9 caps of 7 numbers each; a whole-catalog rank with tp auto has ~150)
-    TABLES_LIMIT = 64  # capacity arrays of lists of set-ups (a whole-catalog rank: ~50-400 set-ups, ~40 numbers each)
-    TABLE_SETUPS = 1024  # longer lists of set-ups are not kept
+    # capacity arrays of lists of set-ups (a whole-catalog rank: ~50-400 set-ups, ~140 numbers each with the grids):
+    # at most ~16 × 512 × 140 × 8 bytes ≈ 9 MB
+    TABLES_LIMIT = 16
+    TABLE_SETUPS = 512  # longer lists of set-ups are not kept
 
     def __init__(self) -> None:
         self.specs: dict[tuple[int, Any], tuple[Any, Any]] = {}

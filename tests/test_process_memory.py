@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from wattgpu import Predictor, Workload, default_catalog, rank, results
+from wattgpu import Predictor, Workload, default_catalog, rank, raw_columns, results
 
 
 @pytest.fixture(scope="module")
@@ -24,12 +24,14 @@ def test_row_memo_is_bounded(pred: Predictor, monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(results.RowMemo, "LIMIT", limit)
     monkeypatch.setattr(results.RowMemo, "MIX_LIMIT", limit)
     monkeypatch.setattr(results.RowMemo, "OPTIONS_LIMIT", limit)
+    monkeypatch.setattr(results.RowMemo, "TABLES_LIMIT", limit)
+    monkeypatch.setattr(raw_columns, "SETUP_LIMIT", limit)
     memo = results.memo_for(pred.bundle)
     memo.clear()
     cat = default_catalog()
     gpus = list(cat.gpus)[:6]
     llm = cat.llm("meta-llama/Llama-3.1-8B-Instruct")
-    seen_max = {"specs": 0, "warnings": 0, "capacities": 0, "mixes": 0, "options": 0}
+    seen_max = {"specs": 0, "warnings": 0, "capacities": 0, "mixes": 0, "options": 0, "tables": 0, "setup columns": 0}
     for i in range(60):  # every row a new Workload object: every call adds memo entries
         rows = [(g, llm, Workload(max_batch=1 + (i + j) % 64, input_tokens=100 + i)) for j, g in enumerate(gpus)]
         server = Workload(kind="server", qps=0.1 * (1 + i))
@@ -39,7 +41,9 @@ def test_row_memo_is_bounded(pred: Predictor, monkeypatch: pytest.MonkeyPatch) -
                      lambda: rank(llm, server, predictor=pred, gpus=gpus, max_itl_ms=50.0)):  # SLA search options
             call()
             for name in seen_max:
-                seen_max[name] = max(seen_max[name], len(getattr(memo, name)))
+                held = len(raw_columns._SETUPS) if name == "setup columns" else len(getattr(memo, name))
+                seen_max[name] = max(seen_max[name], held)
     assert all(n <= limit + 1 for n in seen_max.values()), seen_max
     # they did fill (each is sampled between calls, so a memo may be seen just below its bound): the bound was exercised
     assert seen_max["specs"] == limit + 1 and seen_max["mixes"] >= limit and seen_max["options"] >= limit, seen_max
+    assert seen_max["tables"] >= limit - 1 and seen_max["setup columns"] >= limit - 1, seen_max

@@ -65,13 +65,13 @@ def context_plans(rows: list[tuple[Any, Any, Any]], max_model_len: int | None = 
     lowered = np.maximum(need, np.floor(budget / np.maximum(c["kv_per_token"], 1.0) / LEN_STEP) * LEN_STEP)
     low_n = sequences(lowered)
     out = []
-    for k in range(len(rows)):
-        if full[k] >= 1:
-            out.append(ContextPlan(int(length[k]), int(full[k])))
+    for fk, lk, wk, nk, mk in zip(full.tolist(), length.tolist(), lowered.tolist(), low_n.tolist(),
+                                  model_len.tolist()):  # floats: no numpy scalar per read
+        if fk >= 1:
+            out.append(ContextPlan(int(lk), int(fk)))
         else:
-            out.append(ContextPlan(int(lowered[k]), int(low_n[k]),
-                                   f"--max-model-len lowered from the model's {int(model_len[k])} tokens to "
-                                   f"{int(lowered[k])}: the KV cache holds no longer sequence"))
+            out.append(ContextPlan(int(wk), int(nk), f"--max-model-len lowered from the model's {int(mk)} tokens to "
+                                                     f"{int(wk)}: the KV cache holds no longer sequence"))
     return out
 
 

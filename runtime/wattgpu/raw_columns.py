@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from . import memory, physics
-from .derived import SETUP_COLUMNS, Columns, derive, derive_load
+from .derived import SETUP_COLUMNS, Columns, derive, derive_load, derive_setup
 from .specs import GpuSpec, LlmSpec, MEMORY_TYPES
 from .workload import ENGINE_ERAS, ENGINES, ITL_STATS, KINDS, Workload
 
@@ -108,22 +108,61 @@ def columns(rows: Iterable[tuple[GpuSpec, LlmSpec, Workload]]) -> Columns:
     """Raw numeric columns for a batch of (GPU, LLM, workload) triples.
 
     Each distinct GPU, LLM and workload object is read once; rows then gather its values by index
-    (batches repeat the same few specs, so this avoids per-row attribute reads).
+    (batches repeat the same few specs, so this avoids per-row attribute reads). The raw and set-up
+    columns of a batch of at most ``SETUP_ROWS`` rows are kept (:func:`_setup_columns`): a batch seen
+    before (the same GPU and LLM objects, workloads of the same values, in the same order) derives
+    only its load columns. The kept arrays are read-only; every call returns a new dict.
     """
     rows = list(rows)
-    out: Columns = {}
+    parts = []
     for part, groups in _PARTS:
         specs = list(map(itemgetter(part), rows))
         ids = list(map(id, specs))
         slot: dict[int, int] = {}
         index = np.asarray([slot.setdefault(i, len(slot)) for i in ids], dtype=np.intp)  # first-seen order
         by_id = dict(zip(ids, specs))
-        distinct = [by_id[i] for i in slot]
+        parts.append(([by_id[i] for i in slot], index, groups))
+    return derive_load(dict(_setup_columns(parts, len(rows))))
+
+
+_Parts = list[tuple[list[Any], np.ndarray, tuple[tuple[tuple[str, ...], Callable[[Any], tuple[float, ...]]], ...]]]
+SETUP_ROWS = 1024  # batches up to this size keep their set-up columns (a whole-catalog rank is ~50-400 rows)
+SETUP_LIMIT = 16  # kept batches: at most ~16 × 1024 rows × ~75 columns × 8 bytes ≈ 10 MB
+_SETUPS: dict[tuple[Any, ...], tuple[list[Any], list[Any], Columns]] = {}
+
+
+def _setup_columns(parts: _Parts, n: int) -> Columns:
+    """The raw and :data:`SETUP_COLUMNS` of a batch (``parts``: per row position its distinct objects, each
+    row's index among them and its column groups), kept per batch: keyed by the GPU and LLM objects (checked
+    by identity on a hit), the workloads' raw values by their bits, and every row's indices."""
+    (gpus, gi, _), (llms, li, _), (wls, wi, _) = parts
+    key = None
+    if n <= SETUP_ROWS:
+        wl_bits = np.array([_memo_values(w, _wl_values) + _memo_values(w, _tp_values) for w in wls],
+                           dtype=np.float64).tobytes()
+        key = (tuple(map(id, gpus)), tuple(map(id, llms)), wl_bits, gi.tobytes(), li.tobytes(), wi.tobytes())
+        hit = _SETUPS.get(key)
+        if hit is not None and all(map(operator.is_, hit[0], gpus)) and all(map(operator.is_, hit[1], llms)):
+            return hit[2]
+    out: Columns = {}
+    for distinct, index, groups in parts:
         for keys, values in groups:
             gathered = _table(distinct, values, len(keys)).T[:, index]  # [keys, rows], each row contiguous
-            for j, key in enumerate(keys):
-                out[key] = gathered[j]
-    return derive(out)
+            for j, name in enumerate(keys):
+                out[name] = gathered[j]
+    out = derive_setup(out)
+    if key is not None:
+        for v in out.values():
+            v.flags.writeable = False  # shared by every later call of this batch
+        if len(_SETUPS) >= SETUP_LIMIT:
+            _SETUPS.clear()
+        _SETUPS[key] = (list(gpus), list(llms), out)
+    return out
+
+
+def forget_setups() -> None:
+    """Drop the kept set-up columns (:func:`_setup_columns`); called by ``RowMemo.clear``."""
+    _SETUPS.clear()
 
 
 _TABLES: dict[tuple[tuple[int, ...], Callable[[Any], tuple[float, ...]]], tuple[list[Any], np.ndarray]] = {}

@@ -2,15 +2,17 @@
 from __future__ import annotations
 
 import math
+import operator
 import weakref
 from itertools import chain
+from operator import itemgetter
 from dataclasses import fields
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
 from . import features as F
-from . import ops, physics, record, ttft_fit
+from . import ops, physics, raw_columns, record, ttft_fit
 from .serving import capacity, latency
 from .assemble import Evaluate, Row
 from .assemble import reads as assemble_reads
@@ -196,6 +198,18 @@ def capacities(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], col
             firsts.append(i)
         where[i] = s
     keys = list(slot_of)
+    kept = memo.table_get(keys, [rows[i] for i in firsts])
+    if kept is None:
+        kept = _capacity_arrays(memo, evaluate, rows, cols, learned, keys, firsts)
+    out = {k: v[where] for k, v in kept.items()}
+    out["max_concurrency"] = np.maximum(cols["fit_sequences"], 0.0)
+    return out
+
+
+def _capacity_arrays(memo: "RowMemo", evaluate: Evaluate, rows: Sequence[Row], cols: F.Columns, learned: bool,
+                     keys: list[tuple[Any, ...]], firsts: list[int]) -> dict[str, np.ndarray]:
+    """The :class:`Capacity` fields of the set-ups ``keys`` (first seen at rows ``firsts``) as arrays, one row per
+    set-up; each set-up's Capacity memoised, and these arrays kept per list of set-ups (:meth:`RowMemo.table_get`)."""
     got = [memo.capacity_get(key, rows[i]) for key, i in zip(keys, firsts)]
     miss = [s for s, c in enumerate(got) if c is None]
     if miss:
@@ -204,16 +218,17 @@ def capacities(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], col
         for j, s in enumerate(miss):
             got[s] = Capacity.of(table, j)
             memo.capacity_put(keys[s], rows[idx[j]], got[s])
-    return {"max_qps": np.array([c.max_qps for c in got])[where],
-            "grid_batch": _padded([c.grid_batch for c in got])[where],
-            "grid_itl": _padded([c.grid_itl for c in got])[where],
-            "concurrency": np.array([c.concurrency for c in got])[where],
-            "limit": np.array([c.limit for c in got])[where],
-            "grid_conc": _padded([c.grid_conc for c in got])[where],
-            "grid_req": _padded([c.grid_req for c in got])[where],
-            "peak_k": np.array([c.peak_k for c in got], dtype=np.intp)[where],
-            "peak_power": np.array([c.peak_power for c in got], dtype=np.float64)[where],
-            "max_concurrency": np.maximum(cols["fit_sequences"], 0.0)}
+    out = {"max_qps": np.array([c.max_qps for c in got]),
+           "grid_batch": _padded([c.grid_batch for c in got]),
+           "grid_itl": _padded([c.grid_itl for c in got]),
+           "concurrency": np.array([c.concurrency for c in got]),
+           "limit": np.array([c.limit for c in got]),
+           "grid_conc": _padded([c.grid_conc for c in got]),
+           "grid_req": _padded([c.grid_req for c in got]),
+           "peak_k": np.array([c.peak_k for c in got], dtype=np.intp),
+           "peak_power": np.array([c.peak_power for c in got], dtype=np.float64)}
+    memo.table_put(keys, [rows[i] for i in firsts], out)
+    return out
 
 
 def latency_numbers(cols: Any, budget: Any, batch: Any, itl: Any, tokens_per_s: Any, step_s: Any,
@@ -272,54 +287,54 @@ def prediction(bundle: ModelBundle, i: int, row: Row, cols: F.Columns, numbers: 
                mix: dict[str, Any] | None, memo: "RowMemo | None" = None) -> Prediction:
     """Row ``i`` of the vectorised core as a Prediction, with its warnings and intervals."""
     gpu, llm, wl = row
-    if numbers["not_finite"][i]:
+    n = numbers
+    if n["not_finite"][i]:
         raise not_finite_error(row)
     memo = memo_for(bundle) if memo is None else memo
-    wl_dict = memo.spec(wl, _workload_dict)
-    max_qps, overloaded = float(numbers["max_qps"][i]), bool(numbers["overloaded"][i])
-    max_conc = int(numbers["max_concurrency"][i])
+    wl_dict, ls_rho = memo.spec(wl, _workload_static)
+    max_qps, overloaded = float(n["max_qps"][i]), bool(n["overloaded"][i])
+    max_conc, utilization = int(n["max_concurrency"][i]), float(n["utilization"][i])
     warnings = row_warnings(bundle, row, memo, mix, overloaded, max_qps, int(cols["fit_batch"][i]), max_conc,
-                            float(numbers["utilization"][i]), float(numbers["raw_power_w"][i]))
-    power, itl = float(numbers["power_w"][i]), float(numbers["itl_s"][i])
-    batch, tokens_per_s = float(numbers["effective_batch"][i]), float(numbers["throughput_tok_s"][i])
+                            utilization, float(n["raw_power_w"][i]))
+    power, itl = float(n["power_w"][i]), float(n["itl_s"][i])
     idle_w, idle_src = (None, None) if mix is None else (mix["idle_w"], mix["idle_source"])
-    method = power_method(mix, bool(numbers["server_learned"][i]))
-    scen = physics.paper_scenario(wl.kind, wl.qps)
-    baselines = {"tdp_w": gpu.tdp_w, "ls_tdp_w": physics.ls_tdp_power_w(gpu.tdp_w, scen),
-                 "prefill_roofline_s": float(numbers["prefill_roofline_s"][i]),
-                 # at the batch the ITL is predicted at: a server's solved busy batch, not the offline cap
-                 "roofline_itl_s": float(cols["roofline_itl_s"][i]) if mix is None else mix["roofline_itl_s"],
-                 "tdp_total_w": gpu.tdp_w * wl.tp, "ls_tdp_total_w": physics.ls_tdp_power_w(gpu.tdp_w, scen) * wl.tp}
+    tdp = gpu.tdp_w
+    ls_tdp = ls_rho * tdp  # physics.ls_tdp_power_w(tdp, scenario): the same product
+    prefill_roofline = float(n["prefill_roofline_s"][i])
+    # at the batch the ITL is predicted at: a server's solved busy batch, not the offline cap
+    roofline_itl = float(cols["roofline_itl_s"][i]) if mix is None else mix["roofline_itl_s"]
+    baselines = {"tdp_w": tdp, "ls_tdp_w": ls_tdp, "prefill_roofline_s": prefill_roofline,
+                 "roofline_itl_s": roofline_itl, "tdp_total_w": tdp * wl.tp, "ls_tdp_total_w": ls_tdp * wl.tp}
     factors, calibrated = gpu_factors(bundle, gpu, memo)
+    ttft = _finite(n["ttft_s"][i])
     return _new_prediction(
         llm=llm.name, gpu=gpu.name, workload=dict(wl_dict), power_w=power, itl_s=itl,
-        system_s_per_token=float(numbers["system_s_per_token"][i]), throughput_tok_s=tokens_per_s,
-        energy_per_token_j=float(numbers["energy_per_token_j"][i]),
-        energy_per_request_j=float(numbers["energy_per_request_j"][i]), effective_batch=batch,
-        busy_fraction=float(numbers["busy_fraction"][i]), power_method=method, idle_power_w=idle_w,
-        idle_power_source=idle_src,
-        power_intervals=intervals(factors.get(POWER, ()), power, cap=gpu.tdp_w,
+        system_s_per_token=float(n["system_s_per_token"][i]), throughput_tok_s=float(n["throughput_tok_s"][i]),
+        energy_per_token_j=float(n["energy_per_token_j"][i]),
+        energy_per_request_j=float(n["energy_per_request_j"][i]), effective_batch=float(n["effective_batch"][i]),
+        busy_fraction=float(n["busy_fraction"][i]), power_method=power_method(mix, bool(n["server_learned"][i])),
+        idle_power_w=idle_w, idle_power_source=idle_src,
+        power_intervals=intervals(factors.get(POWER, ()), power, cap=tdp,
                                   floor=min(power, float(cols["idle_power_w"][i]))),
-        itl_intervals=intervals(factors.get(ITL, ()), itl, floor=min(itl, baselines["roofline_itl_s"])),
+        itl_intervals=intervals(factors.get(ITL, ()), itl, floor=min(itl, roofline_itl)),
         baselines=baselines,
-        warnings=tuple(warnings), max_qps=max_qps, utilization=float(numbers["utilization"][i]),
+        warnings=tuple(warnings), max_qps=max_qps, utilization=utilization,
         max_concurrency=max_conc, overloaded=overloaded,
         tp=wl.tp, allreduce_s_per_step=float(cols["comm_s"][i]), calibration=calibrated,
-        ttft_s=_finite(numbers["ttft_s"][i]), e2e_latency_s=_finite(numbers["e2e_latency_s"][i]),
-        ttft_intervals=ttft_intervals(ttft_fit.of(bundle), _finite(numbers["ttft_s"][i]),
-                                      float(numbers["prefill_roofline_s"][i]), wl.burst),
-        ttft_breakdown={"prefill_s": float(numbers["prefill_s"][i]),
-                        "prefill_queue_s": float(numbers["prefill_queue_s"][i]),
-                        "slot_wait_s": _finite(numbers["slot_wait_s"][i]),
-                        "prefill_steps": int(numbers["prefill_steps"][i]),
-                        "prefill_allreduce_s": float(numbers["prefill_allreduce_s"][i]),
-                        "prefill_attention_s": float(numbers["prefill_attention_s"][i]),
-                        "ttft_excess_s": float(numbers["ttft_excess_s"][i]),
-                        "step_s": float(numbers["step_s"][i]),
-                        "prefill_budget_tokens": int(numbers["prefill_budget"][i]),
+        ttft_s=ttft, e2e_latency_s=_finite(n["e2e_latency_s"][i]),
+        ttft_intervals=ttft_intervals(ttft_fit.of(bundle), ttft, prefill_roofline, wl.burst),
+        ttft_breakdown={"prefill_s": float(n["prefill_s"][i]),
+                        "prefill_queue_s": float(n["prefill_queue_s"][i]),
+                        "slot_wait_s": _finite(n["slot_wait_s"][i]),
+                        "prefill_steps": int(n["prefill_steps"][i]),
+                        "prefill_allreduce_s": float(n["prefill_allreduce_s"][i]),
+                        "prefill_attention_s": float(n["prefill_attention_s"][i]),
+                        "ttft_excess_s": float(n["ttft_excess_s"][i]),
+                        "step_s": float(n["step_s"][i]),
+                        "prefill_budget_tokens": int(n["prefill_budget"][i]),
                         "prefill_efficiency": latency.PREFILL_EFFICIENCY},
-        bound=latency.bound(float(numbers["step_memory_s"][i]), float(numbers["step_compute_s"][i]),
-                            float(numbers["step_interconnect_s"][i])))
+        bound=latency.bound(float(n["step_memory_s"][i]), float(n["step_compute_s"][i]),
+                            float(n["step_interconnect_s"][i])))
 
 
 def row_warnings(bundle: ModelBundle, row: Row, memo: "RowMemo", mix: dict[str, Any] | None, overloaded: bool,
@@ -328,9 +343,7 @@ def row_warnings(bundle: ModelBundle, row: Row, memo: "RowMemo", mix: dict[str, 
     """A prediction's warnings, in order: training domain and model flags, context, tensor parallelism,
     capacity, the server solve (``mix``) and a power capped at TDP (``raw_power_w`` above it)."""
     gpu, llm, wl = row
-    warnings = list(memo.domain(bundle, gpu, llm, wl))
-    warnings.extend(context_warnings(llm, wl))
-    warnings.extend(tp_warnings(bundle.schema.domain, gpu, llm, wl))
+    warnings = list(memo.setup_warnings(bundle, gpu, llm, wl))
     warnings.extend(capacity_warnings(gpu, wl, overloaded, max_qps, fit_batch, max_concurrency,
                                       saturated=utilization >= 1.0))
     if mix is not None:
@@ -408,24 +421,34 @@ class RowMemo:
     LIMIT = 4096
     MIX_LIMIT = 1024  # solved server states (a dict of ~15 numbers each; a whole-catalog SLA rank has ~400 rows)
     OPTIONS_LIMIT = 1024  # SLA-search rows (~9 caps of 7 numbers each; a whole-catalog rank with tp auto has ~150)
+    # capacity arrays of lists of set-ups (a whole-catalog rank: ~50-400 set-ups, ~140 numbers each with the grids):
+    # at most ~16 × 512 × 140 × 8 bytes ≈ 9 MB
+    TABLES_LIMIT = 16
+    TABLE_SETUPS = 512  # longer lists of set-ups are not kept
 
     def __init__(self) -> None:
         self.specs: dict[tuple[int, Any], tuple[Any, Any]] = {}
-        self.warnings: dict[tuple[int, int, str, str, int], tuple[Any, Any, tuple[str, ...]]] = {}
+        # (GPU, LLM, kind, engine, context): domain warnings; with the TP degree too: :meth:`setup_warnings`
+        self.warnings: dict[tuple[Any, ...], tuple[Any, Any, tuple[str, ...]]] = {}
         self.capacities: dict[tuple[bool, tuple[Any, ...]], tuple[Any, Any, Any]] = {}
         self.mixes: dict[tuple[bool, tuple[Any, ...]], tuple[Any, Any, dict[str, Any]]] = {}
         # per (strict, row): the options of the SLA batch-cap search, every cap tried (wattgpu.ranking._tried)
         self.options: dict[tuple[bool, tuple[Any, ...]], tuple[Any, Any, tuple[Any, ...]]] = {}
+        # per list of capacity keys: the rows' (GPU, LLM) objects and their capacities as arrays (capacities())
+        self.tables: dict[tuple[Any, ...], tuple[list[Any], list[Any], dict[str, np.ndarray]]] = {}
 
     def clear(self) -> None:
         """Forget everything (the objects it holds can then be freed), and the kept slot waits
-        (:func:`wattgpu.serving.latency.server_wait`), so nothing derived from earlier rows remains."""
+        (:func:`wattgpu.serving.latency.server_wait`) and batches' set-up columns
+        (:func:`wattgpu.raw_columns.columns`), so nothing derived from earlier rows remains."""
         self.specs.clear()
         self.warnings.clear()
         self.capacities.clear()
         self.mixes.clear()
         self.options.clear()
+        self.tables.clear()
         latency.forget_waits()
+        raw_columns.forget_setups()
 
     def spec(self, obj: Any, make: Callable[[Any], Any]) -> Any:
         """``make(obj)``, computed once per object."""
@@ -452,6 +475,20 @@ class RowMemo:
         self.warnings[key] = (gpu, llm, base)
         return base
 
+    def setup_warnings(self, bundle: ModelBundle, gpu: Any, llm: Any, wl: Any) -> tuple[str, ...]:
+        """:meth:`domain`, then the context and tensor-parallel warnings of a row (these also read only the
+        specs and the workload's context length and TP degree), kept per (GPU, LLM, kind, engine, context, TP)."""
+        key = (id(gpu), id(llm), wl.kind, wl.engine, wl.context_tokens, wl.tp)
+        hit = self.warnings.get(key)
+        if hit is not None and hit[0] is gpu and hit[1] is llm:
+            return hit[2]
+        base = (*self.domain(bundle, gpu, llm, wl), *context_warnings(llm, wl),
+                *tp_warnings(bundle.schema.domain, gpu, llm, wl))
+        if len(self.warnings) > self.LIMIT:
+            self.warnings.clear()
+        self.warnings[key] = (gpu, llm, base)
+        return base
+
     def capacity_get(self, key: tuple[Any, ...], row: Row) -> Any:
         """The memoised Capacity under ``key``, or None."""
         hit = self.capacities.get(key)
@@ -461,6 +498,23 @@ class RowMemo:
         if len(self.capacities) > self.LIMIT:
             self.capacities.clear()
         self.capacities[key] = (row[0], row[1], value)
+
+    def table_get(self, keys: list[tuple[Any, ...]], rows: Sequence[Row]) -> dict[str, np.ndarray] | None:
+        """The kept capacity arrays of the set-ups ``keys`` (first seen at ``rows``), or None; read-only."""
+        hit = self.tables.get(tuple(keys)) if len(keys) <= self.TABLE_SETUPS else None
+        if hit is None or not all(map(operator.is_, hit[0], map(itemgetter(0), rows))) \
+                or not all(map(operator.is_, hit[1], map(itemgetter(1), rows))):
+            return None
+        return hit[2]
+
+    def table_put(self, keys: list[tuple[Any, ...]], rows: Sequence[Row], arrays: dict[str, np.ndarray]) -> None:
+        if len(keys) > self.TABLE_SETUPS:
+            return
+        if len(self.tables) >= self.TABLES_LIMIT:
+            self.tables.clear()
+        for v in arrays.values():
+            v.flags.writeable = False
+        self.tables[tuple(keys)] = ([r[0] for r in rows], [r[1] for r in rows], arrays)
 
     def mix_get(self, key: tuple[Any, ...], row: Row) -> dict[str, Any] | None:
         """The memoised server state of ``row`` under ``key`` (:func:`server_mixes`), or None."""
@@ -483,8 +537,10 @@ class RowMemo:
         self.options[key] = (row[0], row[1], value)
 
 
-def _workload_dict(wl: Any) -> dict[str, Any]:
-    return wl.to_dict()  # prediction() copies it into each Prediction
+def _workload_static(wl: Any) -> tuple[dict[str, Any], float]:
+    """A workload's dict (prediction() copies it into each Prediction) and its load-scaled TDP factor
+    (:func:`wattgpu.physics.ls_tdp_power_w` is this factor × TDP)."""
+    return wl.to_dict(), physics.LS_TDP_RHO[physics.paper_scenario(wl.kind, wl.qps)]
 
 
 _MEMOS: "weakref.WeakKeyDictionary[ModelBundle, RowMemo]" = weakref.WeakKeyDictionary()

@@ -990,6 +990,85 @@ def target_table(figures: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# The issue-37 targets as the report section this script writes (``--report``): (label, figure, floor, ratio or
+# None, target in words, (figure to judge, "max"/"min", limit) or None for a figure shown beside a target).
+ISSUE37: list[tuple[str, str, str | None, str | None, str, tuple[str, str, float] | None]] = [
+    ("one offline prediction (same row again)", "one_prediction_p50_us", "one_prediction_floor_onnx_p50_us",
+     "one_prediction_over_onnx_floor", "≤ 2.5× both ONNX models", ("one_prediction_over_onnx_floor", "max", 2.5)),
+    ("↳ first sight (memo cleared)", "one_prediction_unmemoised_p50_us", "one_prediction_floor_onnx_p50_us", None, "",
+     None),
+    ("one Poisson-server prediction (solved state memoised)", "server_prediction_p50_us",
+     "server_prediction_floor_onnx_p50_us", "server_prediction_over_onnx_floor", "≤ 5× both ONNX models",
+     ("server_prediction_over_onnx_floor", "max", 5.0)),
+    ("↳ first solve (memo cleared)", "server_prediction_unmemoised_p50_us", "server_prediction_floor_onnx_p50_us",
+     None, "", None),
+    ("cold start, API", "cold_start_ms", "cold_start_floor_import_onnxruntime_ms", "cold_start_over_import_onnxruntime",
+     "≤ 1.15× import onnxruntime", ("cold_start_over_import_onnxruntime", "max", 1.15)),
+    ("cold start, CLI", "cold_start_cli_ms", "cold_start_floor_import_onnxruntime_ms",
+     "cold_start_cli_over_import_onnxruntime", "≤ 1.15× import onnxruntime",
+     ("cold_start_cli_over_import_onnxruntime", "max", 1.15)),
+    ("↳ floor: onnxruntime + both shipped sessions, no wattgpu", "cold_start_floor_sessions_ms",
+     "cold_start_floor_import_onnxruntime_ms", "cold_start_sessions_over_import_onnxruntime", "", None),
+    ("whole-catalog rank, offline (warm)", "rank_full_catalog_ms", "rank_full_catalog_floor_predict_table_ms",
+     "rank_full_catalog_over_predict_table", "≤ 1 ms", ("rank_full_catalog_ms", "max", 1.0)),
+    ("whole-catalog rank, server, ITL SLA + cap search (warm)", "rank_server_sla_ms", "rank_server_sla_floor_onnx_ms",
+     "rank_server_sla_over_onnx", "≤ 3 ms", ("rank_server_sla_ms", "max", 3.0)),
+    ("↳ unmemoised", "rank_server_sla_unmemoised_ms", None, None, "", None),
+    ("CSV CLI, varied 10k rows (process start included)", "csv_10k_rows_per_s", "csv_10k_floor_onnx_rows_per_s",
+     "csv_10k_over_onnx", "≥ 50k rows/s, flat", ("csv_10k_rows_per_s", "min", 50_000.0)),
+    ("CSV CLI, varied 50k rows", "csv_rows_per_s", "csv_floor_onnx_rows_per_s", "csv_over_onnx", "≥ 50k rows/s, flat",
+     ("csv_rows_per_s", "min", 50_000.0)),
+    ("CSV CLI, 1M rows", "csv_1m_rows_per_s", "csv_1m_floor_predict_table_rows_per_s", "csv_1m_over_predict_table",
+     "≥ 50k rows/s, flat", ("csv_1m_rows_per_s", "min", 50_000.0)),
+    ("wheel", "wheel_kb", None, None, "≤ 400 KB", ("wheel_kb", "max", 400.0)),
+]
+START, END = "<!-- bench_runtime:start -->", "<!-- bench_runtime:end -->"
+
+
+def _number(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+
+
+def issue37_markdown(report: dict[str, Any]) -> str:
+    """The issue-37 targets of one run as a markdown section: each figure beside its floor from the same run, the
+    ratio, the target and whether it is met (judged here from the figure, not from the issue-6/14 budgets)."""
+    figures, meta = report["figures"], report["meta"]
+    load = meta.get("load_average_1_5_15") or {}
+    start = load.get("start")
+    rows = ["| figure | value | floor (same run) | ratio | target | met? |", "|---|---:|---:|---:|---|---|"]
+    for label, name, floor, ratio, target, judge in ISSUE37:
+        fig = figures.get(name)
+        if not fig or "median" not in fig:
+            continue
+        unit = unit_of(name)
+        fl = figures.get(floor) if floor else None
+        r = figures.get(ratio) if ratio else None
+        met = ""
+        if judge is not None:
+            value = figures.get(judge[0], {}).get("median")
+            if value is not None:
+                ok = value <= judge[2] if judge[1] == "max" else value >= judge[2]
+                met = "yes" if ok else "**no**"
+        floor_text = f"{_number(fl['median'])} {unit_of(floor or '')}" if fl and "median" in fl else ""
+        ratio_text = f"{r['median']:.3g}×" if r and "median" in r else ""
+        rows.append(f"| {label} | {_number(fig['median'])} {unit} | {floor_text} | {ratio_text} | {target} | {met} |")
+    return "\n".join([
+        START,
+        "## Issue 37 targets, latest run (written by `python benchmarks/bench_runtime.py --report reports/benchmarks.md`)",
+        "",
+        f"Run {meta.get('utc', '?')} on {meta.get('cpus', '?')} CPUs ({meta.get('machine', '?')}), Python "
+        f"{meta.get('python', '?')}, onnxruntime {meta.get('onnxruntime', '?')}, "
+        f"{'--quick' if meta.get('quick') else 'full'} run, load average at the start "
+        f"{', '.join(f'{x:.2f}' for x in start) if start else '?'}. Medians over the repeats; each floor and ratio "
+        "come from the same run (interleaved where the two can alternate). Rows marked warm or memoised are answered "
+        "from the row memo (the models still run); the first-sight rows under them say what a new question costs. "
+        "The service targets are in the bench_service section; raw figures in the JSON the run wrote.",
+        "",
+        *rows,
+        END,
+    ])
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="few repeats and 2,000 batch rows (for tests)")
@@ -1000,6 +1079,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="measure the installed wattgpu instead of the source tree beside this script")
     ap.add_argument("--csv-1m", action="store_true",
                     help="also time the CSV CLI on 1,000,000 rows (one repeat; minutes at today's speed)")
+    ap.add_argument("--report", type=Path, default=None,
+                    help="replace (or add) the issue-37 target section of this markdown file (reports/benchmarks.md)")
     ap.add_argument("--_batch-worker", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     _ensure_importable(args.installed)
@@ -1098,6 +1179,7 @@ def main(argv: list[str] | None = None) -> int:
             "python": platform.python_version(), "numpy": np.__version__, "onnxruntime": onnxruntime.__version__,
             "wattgpu": wattgpu.__version__, "wattgpu_from": str(Path(wattgpu.__file__).resolve().parent),
             "machine": platform.machine(), "cpus": os.cpu_count(), "platform": platform.platform(),
+            "utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "seconds": round(time.perf_counter() - t_all, 1),
             "load_average_1_5_15": {"start": load_before,
                                     "end": os.getloadavg() if hasattr(os, "getloadavg") else None},
@@ -1124,6 +1206,11 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     print(f"wrote {args.out}")
+    if args.report is not None:
+        from bench_service import write_report  # the same section writer (stdlib only at import)
+
+        write_report(args.report, issue37_markdown(report), START, END)
+        print(f"wrote the issue-37 section of {args.report}")
     return 0
 
 

@@ -37,17 +37,19 @@ pytestmark = pytest.mark.slow  # runs the benchmark script end to end
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:
+def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str, str]:
     pytest.importorskip("xgboost")
     pytest.importorskip("build")
-    out = tmp_path_factory.mktemp("bench") / "benchmarks.json"
+    tmp = tmp_path_factory.mktemp("bench")
+    out, md = tmp / "benchmarks.json", tmp / "benchmarks.md"
+    md.write_text("# Benchmarks\n\nintro\n\n## Older section\n\nkept\n", encoding="utf-8")
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / d) for d in ("runtime", "train", "export")]
                                         + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    res = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--out", str(out)], env=env, capture_output=True,
-                         text=True, timeout=300)
+    res = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--out", str(out), "--report", str(md)], env=env,
+                         capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
-    return json.loads(out.read_text(encoding="utf-8")), res.stdout
+    return json.loads(out.read_text(encoding="utf-8")), res.stdout, md.read_text(encoding="utf-8")
 
 
 def _finite(fig: dict) -> bool:
@@ -55,7 +57,7 @@ def _finite(fig: dict) -> bool:
 
 
 @pytest.mark.parametrize("name", TIMED + SIZES + XGB)
-def test_every_figure_is_reported_with_finite_numbers(report: tuple[dict, str], name: str) -> None:
+def test_every_figure_is_reported_with_finite_numbers(report: tuple[dict, str, str], name: str) -> None:
     figures = report[0]["figures"]
     assert name in figures, sorted(figures)
     fig = figures[name]
@@ -65,14 +67,14 @@ def test_every_figure_is_reported_with_finite_numbers(report: tuple[dict, str], 
 
 
 @pytest.mark.parametrize("name", BUDGETED)
-def test_budgeted_figures_carry_a_verdict(report: tuple[dict, str], name: str) -> None:
+def test_budgeted_figures_carry_a_verdict(report: tuple[dict, str, str], name: str) -> None:
     fig = report[0]["figures"][name]
     assert isinstance(fig["within_budget"], bool)
     assert fig["budget"] > 0 and fig["vs_budget"]
     assert name in report[1]  # and the printed table shows it
 
 
-def test_meta_and_context(report: tuple[dict, str]) -> None:
+def test_meta_and_context(report: tuple[dict, str, str]) -> None:
     data = report[0]
     assert data["meta"]["quick"] is True and data["meta"]["batch_rows"] == 2000
     figures = data["figures"]
@@ -80,3 +82,18 @@ def test_meta_and_context(report: tuple[dict, str]) -> None:
     assert figures["_xgboost"]["max_rel_diff_xgboost_vs_onnx"] < 1e-3  # same trees on both sides
     assert figures["_cold_start_import_breakdown_ms"]
     assert any(k.startswith("file_") and k.endswith("_onnx_kb") for k in figures)
+
+
+def test_the_report_section_is_written_with_every_issue37_target(report: tuple[dict, str, str]) -> None:
+    figures, md = report[0]["figures"], report[2]
+    assert md.count("<!-- bench_runtime:start -->") == 1 and md.count("<!-- bench_runtime:end -->") == 1
+    assert "## Older section\n\nkept" in md  # the rest of the file is kept
+    section = md[md.index("<!-- bench_runtime:start -->"):md.index("<!-- bench_runtime:end -->")]
+    for label in ("one offline prediction", "one Poisson-server prediction", "cold start, API", "cold start, CLI",
+                  "whole-catalog rank, offline", "ITL SLA + cap search", "CSV CLI, varied 10k rows", "wheel"):
+        assert label in section, label
+    # the verdict follows the figure: the offline rank against 1 ms, the wheel against 400 KB
+    rank_row = next(line for line in section.splitlines() if line.startswith("| whole-catalog rank, offline"))
+    assert rank_row.rstrip(" |").endswith("yes" if figures["rank_full_catalog_ms"]["median"] <= 1.0 else "**no**")
+    wheel_row = next(line for line in section.splitlines() if line.startswith("| wheel"))
+    assert wheel_row.rstrip(" |").endswith("yes" if figures["wheel_kb"]["median"] <= 400.0 else "**no**")

@@ -1029,7 +1029,7 @@ def _number(value: float) -> str:
     return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
 
 
-def issue37_markdown(report: dict[str, Any]) -> str:
+def issue37_markdown(report: dict[str, Any], json_path: str = "the JSON the run wrote") -> str:
     """The issue-37 targets of one run as a markdown section: each figure beside its floor from the same run, the
     ratio, the target and whether it is met (judged here from the figure, not from the issue-6/14 budgets)."""
     figures, meta = report["figures"], report["meta"]
@@ -1062,7 +1062,7 @@ def issue37_markdown(report: dict[str, Any]) -> str:
         f"{', '.join(f'{x:.2f}' for x in start) if start else '?'}. Medians over the repeats; each floor and ratio "
         "come from the same run (interleaved where the two can alternate). Rows marked warm or memoised are answered "
         "from the row memo (the models still run); the first-sight rows under them say what a new question costs. "
-        "The service targets are in the bench_service section; raw figures in the JSON the run wrote.",
+        f"The service targets are in the bench_service section; raw figures: {json_path}.",
         "",
         *rows,
         END,
@@ -1209,7 +1209,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.report is not None:
         from bench_service import write_report  # the same section writer (stdlib only at import)
 
-        write_report(args.report, issue37_markdown(report), START, END)
+        shown = args.out.resolve()
+        try:
+            shown = shown.relative_to(REPO)
+        except ValueError:
+            pass
+        write_report(args.report, issue37_markdown(report, f"`{shown}`"), START, END)
         print(f"wrote the issue-37 section of {args.report}")
     return 0
 

@@ -198,26 +198,28 @@ def capacities(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], col
             firsts.append(i)
         where[i] = s
     keys = list(slot_of)
-    kept = memo.table_get(keys, [rows[i] for i in firsts])
+    setups = [rows[i] for i in firsts]
+    kept = memo.table_get(keys, setups)
     if kept is None:
-        kept = _capacity_arrays(memo, evaluate, rows, cols, learned, keys, firsts)
+        kept = _capacity_arrays(memo, evaluate, rows, cols, learned, keys, firsts, setups)
     out = {k: v[where] for k, v in kept.items()}
     out["max_concurrency"] = np.maximum(cols["fit_sequences"], 0.0)
     return out
 
 
 def _capacity_arrays(memo: "RowMemo", evaluate: Evaluate, rows: Sequence[Row], cols: F.Columns, learned: bool,
-                     keys: list[tuple[Any, ...]], firsts: list[int]) -> dict[str, np.ndarray]:
+                     keys: list[tuple[Any, ...]], firsts: list[int], setups: list[Row]) -> dict[str, np.ndarray]:
     """The :class:`Capacity` fields of the set-ups ``keys`` (first seen at rows ``firsts``) as arrays, one row per
     set-up; each set-up's Capacity memoised, and these arrays kept per list of set-ups (:meth:`RowMemo.table_get`)."""
-    got = [memo.capacity_get(key, rows[i]) for key, i in zip(keys, firsts)]
+    got = [memo.capacity_get(key, row) for key, row in zip(keys, setups)]
     miss = [s for s, c in enumerate(got) if c is None]
     if miss:
         idx = [firsts[s] for s in miss]
-        table = capacity.capacity_table(evaluate, [rows[i] for i in idx], assemble_take(cols, idx, len(rows)), learned)
+        table = capacity.capacity_table(evaluate, [setups[s] for s in miss], assemble_take(cols, idx, len(rows)),
+                                        learned)
         for j, s in enumerate(miss):
             got[s] = Capacity.of(table, j)
-            memo.capacity_put(keys[s], rows[idx[j]], got[s])
+            memo.capacity_put(keys[s], setups[s], got[s])
     out = {"max_qps": np.array([c.max_qps for c in got]),
            "grid_batch": _padded([c.grid_batch for c in got]),
            "grid_itl": _padded([c.grid_itl for c in got]),
@@ -227,7 +229,7 @@ def _capacity_arrays(memo: "RowMemo", evaluate: Evaluate, rows: Sequence[Row], c
            "grid_req": _padded([c.grid_req for c in got]),
            "peak_k": np.array([c.peak_k for c in got], dtype=np.intp),
            "peak_power": np.array([c.peak_power for c in got], dtype=np.float64)}
-    memo.table_put(keys, [rows[i] for i in firsts], out)
+    memo.table_put(keys, setups, out)
     return out
 
 
@@ -291,7 +293,7 @@ def prediction(bundle: ModelBundle, i: int, row: Row, cols: F.Columns, numbers: 
     if n["not_finite"][i]:
         raise not_finite_error(row)
     memo = memo_for(bundle) if memo is None else memo
-    wl_dict, ls_rho = memo.spec(wl, _workload_static)
+    wl_dict, scenario = memo.spec(wl, _workload_static)
     max_qps, overloaded = float(n["max_qps"][i]), bool(n["overloaded"][i])
     max_conc, utilization = int(n["max_concurrency"][i]), float(n["utilization"][i])
     warnings = row_warnings(bundle, row, memo, mix, overloaded, max_qps, int(cols["fit_batch"][i]), max_conc,
@@ -299,7 +301,7 @@ def prediction(bundle: ModelBundle, i: int, row: Row, cols: F.Columns, numbers: 
     power, itl = float(n["power_w"][i]), float(n["itl_s"][i])
     idle_w, idle_src = (None, None) if mix is None else (mix["idle_w"], mix["idle_source"])
     tdp = gpu.tdp_w
-    ls_tdp = ls_rho * tdp  # physics.ls_tdp_power_w(tdp, scenario): the same product
+    ls_tdp = physics.ls_tdp_power_w(tdp, scenario)
     prefill_roofline = float(n["prefill_roofline_s"][i])
     # at the batch the ITL is predicted at: a server's solved busy batch, not the offline cap
     roofline_itl = float(cols["roofline_itl_s"][i]) if mix is None else mix["roofline_itl_s"]
@@ -428,7 +430,7 @@ class RowMemo:
 
     def __init__(self) -> None:
         self.specs: dict[tuple[int, Any], tuple[Any, Any]] = {}
-        # (GPU, LLM, kind, engine, context): domain warnings; with the TP degree too: :meth:`setup_warnings`
+        # (GPU, LLM, kind, engine, context, TP): a row's set-up warnings (:meth:`setup_warnings`)
         self.warnings: dict[tuple[Any, ...], tuple[Any, Any, tuple[str, ...]]] = {}
         self.capacities: dict[tuple[bool, tuple[Any, ...]], tuple[Any, Any, Any]] = {}
         self.mixes: dict[tuple[bool, tuple[Any, ...]], tuple[Any, Any, dict[str, Any]]] = {}
@@ -462,28 +464,16 @@ class RowMemo:
         self.specs[key] = (obj, value)
         return value
 
-    def domain(self, bundle: ModelBundle, gpu: Any, llm: Any, wl: Any) -> tuple[str, ...]:
-        """The domain warnings and model flags of a row (they read the specs, the workload kind,
-        engine and context length only)."""
-        key = (id(gpu), id(llm), wl.kind, wl.engine, wl.context_tokens)
-        hit = self.warnings.get(key)
-        if hit is not None and hit[0] is gpu and hit[1] is llm:
-            return hit[2]
-        if len(self.warnings) > self.LIMIT:
-            self.warnings.clear()
-        base = (*domain_warnings(bundle.schema.domain, gpu, llm, wl), *model_flags(llm, gpu, wl.context_tokens))
-        self.warnings[key] = (gpu, llm, base)
-        return base
-
     def setup_warnings(self, bundle: ModelBundle, gpu: Any, llm: Any, wl: Any) -> tuple[str, ...]:
-        """:meth:`domain`, then the context and tensor-parallel warnings of a row (these also read only the
-        specs and the workload's context length and TP degree), kept per (GPU, LLM, kind, engine, context, TP)."""
+        """A row's training-domain warnings and model flags, then its context and tensor-parallel warnings: they
+        read only the specs and the workload's kind, engine, context length and TP degree, so they are kept per
+        (GPU, LLM, kind, engine, context, TP)."""
         key = (id(gpu), id(llm), wl.kind, wl.engine, wl.context_tokens, wl.tp)
         hit = self.warnings.get(key)
         if hit is not None and hit[0] is gpu and hit[1] is llm:
             return hit[2]
-        base = (*self.domain(bundle, gpu, llm, wl), *context_warnings(llm, wl),
-                *tp_warnings(bundle.schema.domain, gpu, llm, wl))
+        base = (*domain_warnings(bundle.schema.domain, gpu, llm, wl), *model_flags(llm, gpu, wl.context_tokens),
+                *context_warnings(llm, wl), *tp_warnings(bundle.schema.domain, gpu, llm, wl))
         if len(self.warnings) > self.LIMIT:
             self.warnings.clear()
         self.warnings[key] = (gpu, llm, base)
@@ -537,10 +527,10 @@ class RowMemo:
         self.options[key] = (row[0], row[1], value)
 
 
-def _workload_static(wl: Any) -> tuple[dict[str, Any], float]:
-    """A workload's dict (prediction() copies it into each Prediction) and its load-scaled TDP factor
-    (:func:`wattgpu.physics.ls_tdp_power_w` is this factor × TDP)."""
-    return wl.to_dict(), physics.LS_TDP_RHO[physics.paper_scenario(wl.kind, wl.qps)]
+def _workload_static(wl: Any) -> tuple[dict[str, Any], str]:
+    """A workload's dict (prediction() copies it into each Prediction) and its paper scenario (the load-scaled
+    TDP baseline's)."""
+    return wl.to_dict(), physics.paper_scenario(wl.kind, wl.qps)
 
 
 _MEMOS: "weakref.WeakKeyDictionary[ModelBundle, RowMemo]" = weakref.WeakKeyDictionary()

@@ -150,34 +150,39 @@ def _bytecode_env(env: dict[str, str], cache_dir: str) -> dict[str, str]:
     return out
 
 
-# A second floor of the cold start: onnxruntime imported and the shipped models' two sessions created with
-# the bundle's options (wattgpu.bundle.ModelBundle._load_session), without wattgpu: what onnxruntime itself
-# spends before any prediction can run (its environment's first-session set-up included).
+# A second floor of the cold start: onnxruntime imported and the shipped models' sessions created with the
+# options the bundle gives its own (read back from them, :func:`_sessions_child`), without wattgpu: what
+# onnxruntime itself spends before any prediction can run (its environment's first-session set-up included).
 SESSIONS_CHILD = r"""
 import onnxruntime as ort
 for path in {paths!r}:
     o = ort.SessionOptions()
-    o.intra_op_num_threads = o.inter_op_num_threads = 1
-    o.log_severity_level = 3
-    o.enable_cpu_mem_arena = o.enable_mem_pattern = False
-    o.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    for name, value in {options!r}.items():
+        setattr(o, name, value)
+    o.graph_optimization_level = ort.GraphOptimizationLevel({level})
     with open(path, "rb") as f:
         ort.InferenceSession(f.read(), o, providers=["CPUExecutionProvider"])
 """
+SESSION_OPTIONS = ("intra_op_num_threads", "inter_op_num_threads", "log_severity_level", "enable_cpu_mem_arena",
+                   "enable_mem_pattern")
 
 
-def _model_paths() -> list[str]:
-    """The shipped ONNX files of the wattgpu this script measures."""
+def _sessions_child() -> str:
+    """SESSIONS_CHILD for the default bundle's model files, with the options of the sessions it creates."""
     import wattgpu
 
-    models = Path(wattgpu.__file__).resolve().parent / "models"
-    return sorted(str(p) for p in models.glob("*.onnx"))
+    bundle = wattgpu.default_predictor().bundle
+    root = bundle.path or Path(wattgpu.__file__).resolve().parent / "models"  # None: the packaged models
+    paths = [str(root / m.file) for m in bundle.schema.models.values()]
+    opts = bundle.session(next(iter(bundle.schema.models))).get_session_options()
+    return SESSIONS_CHILD.format(paths=paths, options={k: getattr(opts, k) for k in SESSION_OPTIONS},
+                                 level=int(opts.graph_optimization_level))
 
 
 def bench_cold_start(repeats: int, llm: str, gpu: str, env: dict[str, str]) -> dict[str, Any]:
     code = COLD_CHILD.format(llm=llm, gpu=gpu)
     floor_cmd = [sys.executable, "-c", "import onnxruntime"]
-    sessions_cmd = [sys.executable, "-c", SESSIONS_CHILD.format(paths=_model_paths())]
+    sessions_cmd = [sys.executable, "-c", _sessions_child()]
     api_cmd = [sys.executable, "-c", code]
     cli_cmd = [sys.executable, "-m", "wattgpu.cli", "predict", "--gpu", gpu, "--llm", llm]
     walls, imports, firsts, rss, floors, clis, sessions = [], [], [], [], [], [], []
@@ -990,38 +995,39 @@ def target_table(figures: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-# The issue-37 targets as the report section this script writes (``--report``): (label, figure, floor, ratio or
-# None, target in words, (figure to judge, "max"/"min", limit) or None for a figure shown beside a target).
-ISSUE37: list[tuple[str, str, str | None, str | None, str, tuple[str, str, float] | None]] = [
+# The issue-37 targets as the report section this script writes (``--report``): (label, figure, floor, ratio, the
+# figure judged against its BUDGETS limit (None: shown beside a target, not judged), words after the limit).
+ISSUE37: list[tuple[str, str, str | None, str | None, str | None, str]] = [
     ("one offline prediction (same row again)", "one_prediction_p50_us", "one_prediction_floor_onnx_p50_us",
-     "one_prediction_over_onnx_floor", "≤ 2.5× both ONNX models", ("one_prediction_over_onnx_floor", "max", 2.5)),
-    ("↳ first sight (memo cleared)", "one_prediction_unmemoised_p50_us", "one_prediction_floor_onnx_p50_us", None, "",
-     None),
+     "one_prediction_over_onnx_floor", "one_prediction_over_onnx_floor", "both ONNX models"),
+    ("↳ first sight (memo cleared)", "one_prediction_unmemoised_p50_us", "one_prediction_floor_onnx_p50_us", None,
+     None, ""),
     ("one Poisson-server prediction (solved state memoised)", "server_prediction_p50_us",
-     "server_prediction_floor_onnx_p50_us", "server_prediction_over_onnx_floor", "≤ 5× both ONNX models",
-     ("server_prediction_over_onnx_floor", "max", 5.0)),
+     "server_prediction_floor_onnx_p50_us", "server_prediction_over_onnx_floor", "server_prediction_over_onnx_floor",
+     "both ONNX models"),
     ("↳ first solve (memo cleared)", "server_prediction_unmemoised_p50_us", "server_prediction_floor_onnx_p50_us",
-     None, "", None),
+     None, None, ""),
     ("cold start, API", "cold_start_ms", "cold_start_floor_import_onnxruntime_ms", "cold_start_over_import_onnxruntime",
-     "≤ 1.15× import onnxruntime", ("cold_start_over_import_onnxruntime", "max", 1.15)),
+     "cold_start_over_import_onnxruntime", "import onnxruntime"),
     ("cold start, CLI", "cold_start_cli_ms", "cold_start_floor_import_onnxruntime_ms",
-     "cold_start_cli_over_import_onnxruntime", "≤ 1.15× import onnxruntime",
-     ("cold_start_cli_over_import_onnxruntime", "max", 1.15)),
+     "cold_start_cli_over_import_onnxruntime", "cold_start_cli_over_import_onnxruntime", "import onnxruntime"),
     ("↳ floor: onnxruntime + both shipped sessions, no wattgpu", "cold_start_floor_sessions_ms",
-     "cold_start_floor_import_onnxruntime_ms", "cold_start_sessions_over_import_onnxruntime", "", None),
+     "cold_start_floor_import_onnxruntime_ms", "cold_start_sessions_over_import_onnxruntime", None, ""),
     ("whole-catalog rank, offline (warm)", "rank_full_catalog_ms", "rank_full_catalog_floor_predict_table_ms",
-     "rank_full_catalog_over_predict_table", "≤ 1 ms", ("rank_full_catalog_ms", "max", 1.0)),
+     "rank_full_catalog_over_predict_table", "rank_full_catalog_ms", ""),
     ("whole-catalog rank, server, ITL SLA + cap search (warm)", "rank_server_sla_ms", "rank_server_sla_floor_onnx_ms",
-     "rank_server_sla_over_onnx", "≤ 3 ms", ("rank_server_sla_ms", "max", 3.0)),
-    ("↳ unmemoised", "rank_server_sla_unmemoised_ms", None, None, "", None),
+     "rank_server_sla_over_onnx", "rank_server_sla_ms", ""),
+    ("↳ unmemoised", "rank_server_sla_unmemoised_ms", None, None, None, ""),
     ("CSV CLI, varied 10k rows (process start included)", "csv_10k_rows_per_s", "csv_10k_floor_onnx_rows_per_s",
-     "csv_10k_over_onnx", "≥ 50k rows/s, flat", ("csv_10k_rows_per_s", "min", 50_000.0)),
-    ("CSV CLI, varied 50k rows", "csv_rows_per_s", "csv_floor_onnx_rows_per_s", "csv_over_onnx", "≥ 50k rows/s, flat",
-     ("csv_rows_per_s", "min", 50_000.0)),
+     "csv_10k_over_onnx", "csv_10k_rows_per_s", "(flat)"),
+    ("CSV CLI, varied 50k rows", "csv_rows_per_s", "csv_floor_onnx_rows_per_s", "csv_over_onnx", "csv_rows_per_s",
+     "(flat)"),
     ("CSV CLI, 1M rows", "csv_1m_rows_per_s", "csv_1m_floor_predict_table_rows_per_s", "csv_1m_over_predict_table",
-     "≥ 50k rows/s, flat", ("csv_1m_rows_per_s", "min", 50_000.0)),
-    ("wheel", "wheel_kb", None, None, "≤ 400 KB", ("wheel_kb", "max", 400.0)),
+     "csv_1m_rows_per_s", "(flat)"),
+    ("wheel", "wheel_kb", None, None, "wheel_kb", ""),
 ]
+# Issue 37's limits: the BUDGETS, but for the wheel, which issue 37 allows 400 KB (issue 14's 300 KB stays the JSON's)
+ISSUE37_LIMITS = {**BUDGETS, "wheel_kb": (400.0, "max", "KB")}
 START, END = "<!-- bench_runtime:start -->", "<!-- bench_runtime:end -->"
 
 
@@ -1036,19 +1042,21 @@ def issue37_markdown(report: dict[str, Any], json_path: str = "the JSON the run 
     load = meta.get("load_average_1_5_15") or {}
     start = load.get("start")
     rows = ["| figure | value | floor (same run) | ratio | target | met? |", "|---|---:|---:|---:|---|---|"]
-    for label, name, floor, ratio, target, judge in ISSUE37:
+    for label, name, floor, ratio, judged, words in ISSUE37:
         fig = figures.get(name)
         if not fig or "median" not in fig:
             continue
         unit = unit_of(name)
         fl = figures.get(floor) if floor else None
         r = figures.get(ratio) if ratio else None
-        met = ""
-        if judge is not None:
-            value = figures.get(judge[0], {}).get("median")
+        target = met = ""
+        if judged is not None:
+            limit, kind, limit_unit = ISSUE37_LIMITS[judged]
+            shown = f"{_number(limit)}×" if limit_unit == "×" else f"{_number(limit)} {limit_unit}"
+            target = f"{'≤' if kind == 'max' else '≥'} {shown}{' ' + words if words else ''}"
+            value = figures.get(judged, {}).get("median")
             if value is not None:
-                ok = value <= judge[2] if judge[1] == "max" else value >= judge[2]
-                met = "yes" if ok else "**no**"
+                met = "yes" if (value <= limit if kind == "max" else value >= limit) else "**no**"
         floor_text = f"{_number(fl['median'])} {unit_of(floor or '')}" if fl and "median" in fl else ""
         ratio_text = f"{r['median']:.3g}×" if r and "median" in r else ""
         rows.append(f"| {label} | {_number(fig['median'])} {unit} | {floor_text} | {ratio_text} | {target} | {met} |")

@@ -10,7 +10,8 @@ from .helpers import run_cli, run_py
 
 # Modules a plain prediction with the packaged (uncalibrated) bundle must not import.
 NOT_ON_PREDICT = ("wattgpu.ranking", "wattgpu.questions", "wattgpu.layout", "wattgpu.serving.fleet", "wattgpu.launch",
-                  "wattgpu.calibration", "wattgpu.cli", "wattgpu.quant", "numpy.ma", "pathlib")
+                  "wattgpu.calibration", "wattgpu.cli", "wattgpu.quant", "numpy.ma", "pathlib",
+                  "hashlib")  # hashlib loads OpenSSL (4-10 ms): the bundle hashes with the builtin sha256
 
 
 # Modules `wattgpu predict --gpu G --llm M` must not import (other commands' code, layouts, ranking).

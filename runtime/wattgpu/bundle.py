@@ -79,11 +79,20 @@ IntervalFactors = dict[str, tuple[tuple[float, float, float], ...]]
 
 
 def sha256(data: bytes) -> str:
-    try:  # the builtin module: no OpenSSL load on the cold-start path
-        from _sha256 import sha256 as digest  # type: ignore[import-not-found]
-    except ImportError:  # Python 3.12+ (_sha2) or a build without it
-        from hashlib import sha256 as digest
-    return digest(data).hexdigest()
+    return _digest()(data).hexdigest()
+
+
+def _digest() -> Callable[[bytes], Any]:
+    """sha256 from CPython's builtin module when it has one (``_sha256`` up to 3.11, ``_sha2`` from 3.12): importing
+    hashlib loads OpenSSL, 4-10 ms of a cold start; hashlib where neither exists (another interpreter)."""
+    for module in ("_sha256", "_sha2"):
+        try:
+            return __import__(module).sha256  # type: ignore[no-any-return]
+        except (ImportError, AttributeError):
+            continue
+    from hashlib import sha256
+
+    return sha256
 
 
 @dataclass(frozen=True)

@@ -220,6 +220,38 @@ def test_binary_ops_give_the_same_bits_on_floats_and_arrays(name: str) -> None:
         assert _same(got, float(many[k])) and _same(got, float(one[0])), (name, a, b, got, many[k], one[0])
 
 
+@pytest.mark.parametrize("name", ["maximum", "minimum", "fmin", "power"])
+def test_binary_ops_on_large_arrays_evaluate_distinct_pairs_with_the_same_bits(name: str) -> None:
+    """Above ops._DIRECT elements an array op evaluates each distinct (a, b) bit pattern once
+    (:func:`ops.distinct_rows`) and looks the rest up: still every element's own float result."""
+    fn = getattr(ops, name)
+    rng = np.random.default_rng(7)
+    xs = rng.choice(np.array(SPECIALS), 4 * ops._DIRECT)  # many repeated pairs, ±0 and NaN among them
+    ys = rng.choice(np.array(SPECIALS), 4 * ops._DIRECT)
+    many = fn(xs, ys)
+    assert many.shape == xs.shape
+    for k in range(len(xs)):
+        assert _same(fn(float(xs[k]), float(ys[k])), float(many[k])), (name, xs[k], ys[k], many[k])
+
+
+def test_distinct_rows_finds_first_occurrences_by_bits() -> None:
+    """(first, inverse) as np.unique's return_index / return_inverse give them, up to the order of the
+    distinct rows: first occurrences, rows rebuilt from them, -0.0 and 0.0 (and NaN payloads) apart."""
+    rng = np.random.default_rng(3)
+    vals = np.array([0.0, -0.0, 1.0, math.nan, 2.5])
+    for n, k in ((0, 2), (1, 2), (7, 1), (500, 2), (500, 5)):
+        rows = rng.choice(vals, (n, k))
+        bits = rows.view(np.int64)
+        first, inverse = ops.distinct_rows(bits)
+        assert np.array_equal(bits[first][inverse], bits)  # every row is its distinct row
+        _, ref_first, ref_inverse = np.unique(np.ascontiguousarray(bits).view(np.dtype((np.void, 8 * k))).ravel(),
+                                              return_index=True, return_inverse=True)
+        assert sorted(first.tolist()) == sorted(ref_first.tolist())  # the same first occurrences
+        assert len(set(map(tuple, bits[first].tolist()))) == len(first)  # each distinct row once
+        same = ref_inverse.reshape(-1)
+        assert all((inverse[i] == inverse[j]) == (same[i] == same[j]) for i in range(min(n, 60)) for j in range(min(n, 60)))
+
+
 @pytest.mark.parametrize("name", ["log", "exp", "expm1", "floor", "isnan", "isfinite"])
 def test_unary_ops_give_the_same_bits_on_floats_and_arrays(name: str) -> None:
     fn = getattr(ops, name)

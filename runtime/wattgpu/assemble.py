@@ -99,8 +99,7 @@ def run_distinct(session: Any, input_name: str, X: np.ndarray) -> np.ndarray:
     n = X.shape[0]
     if n >= DISTINCT_MIN_ROWS:
         Xc = np.ascontiguousarray(X)
-        keys = Xc.view(np.dtype((np.void, Xc.dtype.itemsize * Xc.shape[1]))).ravel()
-        _, first, back = np.unique(keys, return_index=True, return_inverse=True)
+        first, back = ops.distinct_rows(Xc.view(np.dtype(f"i{Xc.dtype.itemsize}")))  # by bits
         if len(first) <= 0.8 * n:
-            return np.asarray(session.run(None, {input_name: Xc[first]})[0]).reshape(-1)[back.reshape(-1)]
+            return np.asarray(session.run(None, {input_name: Xc[first]})[0]).reshape(-1)[back]
     return np.asarray(session.run(None, {input_name: X})[0]).reshape(-1)

@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from . import memory, physics
+from . import memory, ops, physics
 from .derived import SETUP_COLUMNS, Columns, derive, derive_load, derive_setup
 from .specs import GpuSpec, LlmSpec, MEMORY_TYPES
 from .workload import ENGINE_ERAS, ENGINES, ITL_STATS, KINDS, Workload
@@ -261,9 +261,8 @@ def cap_classes(cols: Columns) -> np.ndarray:
     for the batch cap ``wl_max_batch`` (and the concurrency it replaces). At one concurrency no larger than the
     caps of both, two such rows get the same columns but ``wl_max_batch`` (the effective batch, min(concurrency,
     cap, fit), does not read the cap then), so models that do not read ``wl_max_batch`` give them the same outputs."""
-    kept = np.ascontiguousarray(np.stack([np.asarray(cols[k], dtype=np.float64) for k in _CAP_FREE], axis=1))
-    keys = kept.view(np.dtype((np.void, kept.dtype.itemsize * kept.shape[1]))).ravel()  # by bits
-    return np.unique(keys, return_inverse=True)[1].reshape(-1)
+    kept = np.stack([np.asarray(cols[k], dtype=np.float64) for k in _CAP_FREE], axis=1)
+    return ops.distinct_rows(kept.view(np.int64))[1]  # by bits
 
 
 def row_with_concurrency(c: dict[str, float], concurrency: float, closed_loop: bool) -> dict[str, float]:

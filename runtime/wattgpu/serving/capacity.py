@@ -107,10 +107,10 @@ def _same_point(classes: np.ndarray, max_batch: np.ndarray, index: np.ndarray,
     key = np.empty((n, 2), dtype=np.int64)
     key[:, 0] = np.where(shared, classes[index], -1 - np.arange(n))
     key[:, 1] = np.ascontiguousarray(level, dtype=np.float64).view(np.int64)  # by bits
-    _, first, back = np.unique(key.view(np.dtype((np.void, 16))).ravel(), return_index=True, return_inverse=True)
+    first, back = ops.distinct_rows(key)
     if len(first) == n:
         return None, None
-    return first, back.reshape(-1)
+    return first, back
 
 
 def capacity_table(evaluate: Callable[[F.Columns], dict[str, np.ndarray]], triples: Sequence[tuple[Any, Any, Any]],

@@ -87,7 +87,7 @@ def _digest() -> Callable[[bytes], Any]:
     hashlib loads OpenSSL, 4-10 ms of a cold start; hashlib where neither exists (another interpreter)."""
     for module in ("_sha256", "_sha2"):
         try:
-            return __import__(module).sha256  # type: ignore[no-any-return]
+            return __import__(module).sha256
         except (ImportError, AttributeError):
             continue
     from hashlib import sha256

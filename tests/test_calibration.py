@@ -392,3 +392,28 @@ def test_the_fit_starts_from_the_predictions_it_corrects(tmp_path):
     runs = runs_from_csv(str(path), Predictor())
     for target in ("power", "itl"):
         np.testing.assert_allclose(runs.raw_of(target), runs.predicted[target], rtol=1e-9)
+
+
+def test_the_compiled_load_path_of_a_calibrated_bundle_equals_its_definitions(calibrated):
+    """A calibrated bundle's corrections (model outputs, TTFT) are traced with the rest of the load path
+    (wattgpu.trace), or the trace is refused: either way the answers are the definitions', bit for bit."""
+    from wattgpu import single
+    from wattgpu.results import memo_for
+
+    pred = Predictor(calibrated)
+    memo = memo_for(pred.bundle)
+    g, m = pred.resolve_gpu(GPU), pred.resolve_llm(LLM)
+    for wl in (Workload(max_batch=32, input_tokens=512, output_tokens=256), Workload(kind="closed_loop", concurrency=6)):
+        got = [pred.predict(g, m, wl) for _ in range(single.JIT_AFTER + 2)]
+        assert all(p == pred.predict_specs([(g, m, wl)])[0] for p in got)
+        fn = single._compile(pred.bundle, (g, m, wl), memo)
+        if fn is None:
+            continue
+        for conc in ((1.0, 3.0, 40.0) if wl.kind == "closed_loop" else (float("nan"),)):
+            row = (g, m, wl if conc != conc else Workload(kind="closed_loop", concurrency=conc))
+            try:
+                replay = fn(conc, *single._runners(pred.bundle).values())
+            except single.trace.Deopt:
+                continue
+            c, numbers, _ = single.numbers_one(pred.bundle, row, memo)
+            assert single._same_numbers(replay, (c, numbers, None))

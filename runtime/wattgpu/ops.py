@@ -27,6 +27,9 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .trace import Sym as _Sym
+from .trace import call as _traced
+
 _Num = (float, int)
 _INTEGRAL = 4503599627370496.0  # 2**52: every float at least this large is an integer
 _INF, _NAN = math.inf, math.nan
@@ -118,23 +121,33 @@ def asarray(x: Any) -> Any:
     """A float, or a float64 array (what ``np.asarray(x, dtype=np.float64)`` gives for non-scalars)."""
     if type(x) is float:  # the scalar path's common case, checked first
         return x
-    return float(x) if isinstance(x, _Num) else np.asarray(x, dtype=np.float64)
+    if isinstance(x, _Num):
+        return float(x)
+    return x if type(x) is _Sym else np.asarray(x, dtype=np.float64)  # a traced value stays one (wattgpu.trace)
 
 
 def log(x: Any) -> Any:
-    return _log(float(x)) if type(x) is float or isinstance(x, _Num) else _unary(_log, x)
+    if type(x) is float or isinstance(x, _Num):
+        return _log(float(x))
+    return _traced(log, x) if type(x) is _Sym else _unary(_log, x)
 
 
 def exp(x: Any) -> Any:
-    return _exp(float(x)) if type(x) is float or isinstance(x, _Num) else _unary(_exp, x)
+    if type(x) is float or isinstance(x, _Num):
+        return _exp(float(x))
+    return _traced(exp, x) if type(x) is _Sym else _unary(_exp, x)
 
 
 def expm1(x: Any) -> Any:
-    return _expm1(float(x)) if isinstance(x, _Num) else _unary(_expm1, x)
+    if isinstance(x, _Num):
+        return _expm1(float(x))
+    return _traced(expm1, x) if type(x) is _Sym else _unary(_expm1, x)
 
 
 def power(a: Any, b: Any) -> Any:
-    return _pow(float(a), float(b)) if isinstance(a, _Num) and isinstance(b, _Num) else _binary(_pow, a, b)
+    if isinstance(a, _Num) and isinstance(b, _Num):
+        return _pow(float(a), float(b))
+    return _traced(power, a, b) if type(a) is _Sym or type(b) is _Sym else _binary(_pow, a, b)
 
 
 def _is_num(a: Any) -> bool:
@@ -147,6 +160,8 @@ def maximum(a: Any, b: Any) -> Any:
         return a if (a > b or a != a) else b
     if _is_num(a) and _is_num(b):
         return float(a if (a > b or a != a) else b)
+    if type(a) is _Sym or type(b) is _Sym:
+        return _traced(maximum, a, b)
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     return np.where((a > b) | (a != a), a, b)
 
@@ -157,6 +172,8 @@ def minimum(a: Any, b: Any) -> Any:
         return a if (a < b or a != a) else b
     if _is_num(a) and _is_num(b):
         return float(a if (a < b or a != a) else b)
+    if type(a) is _Sym or type(b) is _Sym:
+        return _traced(minimum, a, b)
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     return np.where((a < b) | (a != a), a, b)
 
@@ -165,6 +182,8 @@ def fmin(a: Any, b: Any) -> Any:
     """NaN loses; ``a`` when ``a <= b`` (or ``b`` is NaN), else ``b``."""
     if _is_num(a) and _is_num(b):
         return float(a if (a <= b or b != b) else b)
+    if type(a) is _Sym or type(b) is _Sym:
+        return _traced(fmin, a, b)
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     return np.where((a <= b) | (b != b), a, b)
 
@@ -173,6 +192,8 @@ def clip(x: Any, lo: Any, hi: Any) -> Any:
     """``lo`` below it, ``hi`` above it, else ``x`` (NaN stays NaN)."""
     if isinstance(x, _Num) and isinstance(lo, _Num) and isinstance(hi, _Num):
         return float(lo if x < lo else hi if x > hi else x)
+    if type(x) is _Sym or type(lo) is _Sym or type(hi) is _Sym:
+        return _traced(clip, x, lo, hi)
     x, lo, hi = (np.asarray(v, dtype=np.float64) for v in (x, lo, hi))
     return np.where(x < lo, lo, np.where(x > hi, hi, x))
 
@@ -180,7 +201,7 @@ def clip(x: Any, lo: Any, hi: Any) -> Any:
 def floor(x: Any) -> Any:
     if isinstance(x, _Num):  # |x| >= 2**52 (and inf, NaN, ±0) is already its own floor: no big-int detour
         return float(math.floor(x)) if -_INTEGRAL < x < _INTEGRAL and x != 0 else float(x)
-    return np.floor(x)
+    return _traced(floor, x) if type(x) is _Sym else np.floor(x)
 
 
 def where(cond: Any, a: Any, b: Any) -> Any:
@@ -189,21 +210,31 @@ def where(cond: Any, a: Any, b: Any) -> Any:
         return a if cond else b
     if (type(cond) is bool or isinstance(cond, np.bool_)) and isinstance(a, _Num) and isinstance(b, _Num):
         return float(a if cond else b)
+    if type(cond) is _Sym or type(a) is _Sym or type(b) is _Sym:
+        return _traced(where, cond, a, b)
     return np.where(cond, a, b)
 
 
 def isnan(x: Any) -> Any:
-    return x != x if type(x) is float or isinstance(x, _Num) else np.isnan(x)
+    if type(x) is float or isinstance(x, _Num):
+        return x != x
+    return _traced(isnan, x) if type(x) is _Sym else np.isnan(x)
 
 
 def isfinite(x: Any) -> Any:
-    return math.isfinite(x) if isinstance(x, _Num) else np.isfinite(x)
+    if isinstance(x, _Num):
+        return math.isfinite(x)
+    return _traced(isfinite, x) if type(x) is _Sym else np.isfinite(x)
 
 
 def logical_not(x: Any) -> Any:
-    return not x if isinstance(x, (bool, np.bool_)) else np.logical_not(x)
+    if isinstance(x, (bool, np.bool_)):
+        return not x
+    return _traced(logical_not, x) if type(x) is _Sym else np.logical_not(x)
 
 
 def as_float(cond: Any) -> Any:
     """A truth value (or array of them) as 1.0 / 0.0."""
-    return float(cond) if isinstance(cond, (bool, np.bool_)) else np.asarray(cond, dtype=np.float64)
+    if isinstance(cond, (bool, np.bool_)):
+        return float(cond)
+    return _traced(as_float, cond) if type(cond) is _Sym else np.asarray(cond, dtype=np.float64)

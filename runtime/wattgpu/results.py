@@ -427,6 +427,7 @@ class RowMemo:
     # at most ~16 × 512 × 140 × 8 bytes ≈ 9 MB
     TABLES_LIMIT = 16
     TABLE_SETUPS = 512  # longer lists of set-ups are not kept
+    COMPILED_LIMIT = 256  # compiled one-row load paths (~30 KB each: code and the constants it holds): ~8 MB
 
     def __init__(self) -> None:
         self.specs: dict[tuple[int, Any], tuple[Any, Any]] = {}
@@ -438,6 +439,9 @@ class RowMemo:
         self.options: dict[tuple[bool, tuple[Any, ...]], tuple[Any, Any, tuple[Any, ...]]] = {}
         # per list of capacity keys: the rows' (GPU, LLM) objects and their capacities as arrays (capacities())
         self.tables: dict[tuple[Any, ...], tuple[list[Any], list[Any], dict[str, np.ndarray]]] = {}
+        # per set-up and load fields but the concurrency: a compiled one-row load path (wattgpu.single.compiled_numbers)
+        self.compiled: dict[tuple[Any, ...], tuple[Any, Any, Any]] = {}
+        self._n_compiled = 0  # how many of its values are compiled paths
 
     def clear(self) -> None:
         """Forget everything (the objects it holds can then be freed), and the kept slot waits
@@ -449,6 +453,8 @@ class RowMemo:
         self.mixes.clear()
         self.options.clear()
         self.tables.clear()
+        self.compiled.clear()
+        self._n_compiled = 0
         latency.forget_waits()
         raw_columns.forget_setups()
 
@@ -478,6 +484,21 @@ class RowMemo:
             self.warnings.clear()
         self.warnings[key] = (gpu, llm, base)
         return base
+
+    def compiled_get(self, key: tuple[Any, ...], row: Row) -> Any:
+        """What :func:`wattgpu.single.compiled_numbers` keeps under ``key``: the compiled load path of a set-up, the
+        number of times it was seen before it is compiled, or False (it cannot be); None when nothing is kept."""
+        hit = self.compiled.get(key)
+        return hit[2] if hit is not None and hit[0] is row[0] and hit[1] is row[1] else None
+
+    def compiled_put(self, key: tuple[Any, ...], row: Row, value: Any) -> None:
+        """Keep ``value`` under ``key``: a count (bounded with the other per-set-up memos, :data:`LIMIT`) or a
+        compiled path (at most :data:`COMPILED_LIMIT` of them, each ~30 KB)."""
+        if len(self.compiled) > self.LIMIT or (callable(value) and self._n_compiled >= self.COMPILED_LIMIT):
+            self.compiled.clear()
+            self._n_compiled = 0
+        self._n_compiled += callable(value)
+        self.compiled[key] = (row[0], row[1], value)
 
     def capacity_get(self, key: tuple[Any, ...], row: Row) -> Any:
         """The memoised Capacity under ``key``, or None."""

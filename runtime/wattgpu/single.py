@@ -1,5 +1,9 @@
 """One prediction on plain Python floats: the scalar path of :meth:`Predictor.predict`.
 
+A set-up seen a second time (the same specs, engine set-up and load fields but the concurrency) is traced
+once and replayed as one compiled function of its concurrency (:func:`compiled_numbers`, :mod:`wattgpu.trace`):
+the same definitions and operations, without their ~390 Python calls per row.
+
 This path evaluates the SAME definitions — :func:`features.row_columns` /
 :func:`features.row_vector` (features and physics via :mod:`ops`), :func:`targets.inverse`,
 :func:`results.finish`, :func:`results.prediction` — on floats, runs each model once on a one-row
@@ -23,7 +27,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import assemble, ops, parallel, physics, ttft_fit
+from . import assemble, ops, parallel, physics, trace, ttft_fit
 from .serving import capacity, latency
 from . import features as F
 from .assemble import Row
@@ -48,6 +52,7 @@ class _RowRunner:
     def __init__(self, session: Any, input_name: str, names: tuple[str, ...], transform: str) -> None:
         self.session, self.names, self.transform = session, names, transform
         self.x = np.zeros((1, len(names)), dtype=np.float32)
+        self.xrow = self.x[0]  # the input row (a view kept, not rebuilt per call)
         self.y = np.zeros((1, 1), dtype=np.float32)
         self.binding = session.io_binding()
         self.binding.bind_cpu_input(input_name, self.x)
@@ -95,7 +100,9 @@ class _RowRunner:
     def at_load(self, fixed: np.ndarray, rest: tuple[tuple[int, str, Any], ...], c: dict[str, float]) -> float:
         """:meth:`__call__` of ``c`` (the row at a load) given :meth:`split` of its load-free part: only
         the load's features computed (memoised in ``c`` as row_vector does); the same input row."""
-        x = self.x[0]
+        if trace.active() is not None:
+            return self._at_load_traced(fixed, rest, c)
+        x = self.xrow
         np.copyto(x, fixed)
         for j, key, feat in rest:
             v = c.get(key)
@@ -104,6 +111,27 @@ class _RowRunner:
             x[j] = v
         self.run()
         return float(inverse(self.transform, float(self.y[0, 0]), c))  # type: ignore[arg-type]
+
+    def _at_load_traced(self, fixed: np.ndarray, rest: tuple[tuple[int, str, Any], ...], c: dict[str, Any]) -> Any:
+        """:meth:`at_load` while a trace records (:mod:`wattgpu.trace`): runs it on the concrete values and
+        records the same stores, run and output read as lines on this runner (an input of the trace)."""
+        t = trace.active()
+        me = t.runners[id(self)]  # type: ignore[union-attr]
+        x = self.xrow
+        np.copyto(x, fixed)
+        t.statement(f"{t.ref(np.copyto)}({me}.xrow, {t.ref(fixed)})")  # type: ignore[union-attr]
+        for j, key, feat in rest:
+            v = c.get(key)
+            if v is None:
+                v = feat.fn(c)
+                v = c[key] = v if type(v) is trace.Sym else float(v)
+            x[j] = trace._val(v)
+            t.statement(f"{me}.xrow[{j}] = {t.ref(v)}")  # type: ignore[union-attr]
+        self.run()
+        t.statement(f"{me}.run()")  # type: ignore[union-attr]
+        y = t.emit(f"float({me}.y[0, 0])", float(self.y[0, 0]), pure=False)  # type: ignore[union-attr]  # per run
+        out = inverse(self.transform, y, c)  # type: ignore[arg-type]
+        return out if type(out) is trace.Sym else float(out)
 
 
 class _AtLoad:
@@ -187,10 +215,11 @@ def evaluate_one(bundle: ModelBundle, c: dict[str, float], targets: tuple[str, .
     return out
 
 
-def numbers_one(bundle: ModelBundle, row: Row, memo: RowMemo | None = None
+def numbers_one(bundle: ModelBundle, row: Row, memo: RowMemo | None = None, load: dict[str, Any] | None = None
                 ) -> tuple[dict[str, float], dict[str, Any], dict[str, Any] | None] | None:
     """(columns, numbers, server mix or None) of one predictable row as floats, or None for the
-    vectorised path."""
+    vectorised path. ``load``: raw load columns that replace the row's own (the traced inputs of
+    :func:`compiled_numbers`)."""
     g, llm, wl = row
     if llm.arch_class in NO_KV_CACHE or (wl.tp > 1 and parallel.group_error(g, llm, wl.tp)):
         return None
@@ -198,7 +227,7 @@ def numbers_one(bundle: ModelBundle, row: Row, memo: RowMemo | None = None
         if memo is None:
             c = F.row_columns(row)
         else:
-            c = _row_columns(row, memo)
+            c = _row_columns(row, memo, load)
         if not c["fit_sequences"] >= 1:
             return None
         learned = "server" in bundle.schema.domain.get("kinds", ())
@@ -237,9 +266,10 @@ def numbers_one(bundle: ModelBundle, row: Row, memo: RowMemo | None = None
     return c, numbers, None
 
 
-def _row_columns(row: Row, memo: RowMemo) -> dict[str, float]:
+def _row_columns(row: Row, memo: RowMemo, load: dict[str, Any] | None = None) -> dict[str, float]:
     """:func:`features.row_columns` of ``row`` with its spec columns and its load-free set-up columns
-    (:func:`derived.derive_setup`, per GPU, LLM and engine set-up) from ``memo``; the same floats."""
+    (:func:`derived.derive_setup`, per GPU, LLM and engine set-up) from ``memo``; the same floats. ``load``
+    replaces raw load columns before the load is derived."""
     g, llm, wl = row
     c = {**memo.spec(g, F.gpu_columns), **memo.spec(llm, F.llm_columns), **memo.spec(wl, F.workload_columns)}
     key = ("setup", capacity._key(row, False))
@@ -249,6 +279,8 @@ def _row_columns(row: Row, memo: RowMemo) -> dict[str, float]:
         memo.capacity_put(key, row, {k: c[k] for k in SETUP_COLUMNS})
     else:
         c.update(setup)
+    if load is not None:
+        c.update(load)
     return derive_load(c)  # type: ignore[return-value]
 
 
@@ -328,9 +360,91 @@ def _array_row(c: dict[str, float]) -> F.Columns:
     return {k: np.array([v]) for k, v in c.items() if not k.startswith("feature:")}
 
 
+# ---- the compiled load path (wattgpu.trace): a set-up's second row with the same load fields but the concurrency
+# The sighting of a set-up (and its kind, rate and request count) at which its load path is compiled. Compiling costs
+# ~2 ms (trace ~0.5, Python's compile ~1.3) and saves ~40 µs per later row, so it pays after ~50 more rows: a set-up
+# asked for less often than this never pays it (its rows take the memoised path, ~80 µs), a frequent one does once.
+JIT_AFTER = 32
+
+
+def _jit_key(row: Row) -> tuple[Any, ...]:
+    """What a compiled load path is specific to: the specs, the engine set-up and every load field but the
+    concurrency (its one input)."""
+    wl = row[2]
+    return ("jit", capacity._key(row, False), wl.kind, wl.qps, wl.num_requests)
+
+
+def compiled_numbers(bundle: ModelBundle, row: Row, memo: RowMemo) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """(row columns, numbers) of an offline or closed-loop row as :func:`predict_one` passes them to
+    :func:`results.prediction`, from its set-up's compiled load path (:func:`_compile`); None when there is
+    none yet (the first sighting), it cannot be compiled, or one of its guards fails (the definitions then
+    answer the row)."""
+    key = _jit_key(row)
+    fn = memo.compiled_get(key, row)
+    if fn is None or type(fn) is int:  # seen that many times before
+        seen = (fn or 0) + 1
+        fn = _compile(bundle, row, memo) if seen >= JIT_AFTER else seen
+        memo.compiled_put(key, row, False if fn is None else fn)
+        if type(fn) is int or fn is None:
+            return None
+    elif fn is False:
+        return None
+    try:
+        return fn(memo.spec(row[2], F.workload_columns)["wl_concurrency"], *_runners(bundle).values())
+    except trace.Deopt:  # a branch the other way, or an arithmetic error: the definitions answer this row
+        return None
+
+
+def _compile(bundle: ModelBundle, row: Row, memo: RowMemo) -> Callable[..., Any] | None:
+    """The load path of ``row`` (:func:`numbers_one` from the load columns on) traced with its concurrency as the
+    input and compiled (:mod:`wattgpu.trace`); None when the trace is refused, the row is not answered on
+    this path, or the compiled function does not give this row's numbers bit for bit."""
+    conc = memo.spec(row[2], F.workload_columns)["wl_concurrency"]
+    runners = _runners(bundle)
+
+    def body(t: trace.Trace) -> Any:
+        a = t.input(conc)
+        t.runners = {id(r): t.input(r).name for r in runners.values()}
+        return numbers_one(bundle, row, memo, load={"wl_concurrency": a})
+
+    try:
+        t, got = trace.record(body)
+    except Exception:  # noqa: BLE001 - untraceable (or an error the definitions raise again below): not compiled
+        return None
+    if got is None or got[2] is not None:
+        return None
+    c, numbers, _ = got
+    cols = "{" + ", ".join(f"{k!r}: ({t.ref(c[k])},)" for k in ROW_COLUMNS) + "}"
+    one = "{" + ", ".join(f"{k!r}: ({t.ref(v)},)" for k, v in numbers.items()) + "}"
+    fn = t.compile(f"({cols}, {one})", "load_path")
+    try:
+        replay = fn(conc, *runners.values())
+    except trace.Deopt:
+        return None
+    plain = numbers_one(bundle, row, memo)
+    if plain is None or not _same_numbers(replay, plain):
+        return None
+    return fn
+
+
+def _same_numbers(replay: tuple[dict[str, Any], dict[str, Any]], plain: tuple[Any, ...]) -> bool:
+    """Whether a compiled path's (columns, numbers) are :func:`numbers_one`'s, bit for bit (NaN equals NaN)."""
+    c, numbers, _ = plain
+    pairs = [(replay[0][k][0], c[k]) for k in ROW_COLUMNS]
+    if set(replay[1]) != set(numbers):
+        return False
+    pairs += [(replay[1][k][0], v) for k, v in numbers.items()]
+    return all(type(a) is type(b) and (a == b or (a != a and b != b)) and (not isinstance(a, float)
+               or math.copysign(1.0, a) == math.copysign(1.0, b)) for a, b in pairs)
+
+
 def predict_one(bundle: ModelBundle, row: Row) -> Prediction | None:
     """The Prediction of one row on the scalar path, or None when the row needs the vectorised path."""
     memo = memo_for(bundle)
+    if row[2].kind != "server":
+        fast = compiled_numbers(bundle, row, memo)
+        if fast is not None:
+            return prediction(bundle, 0, row, fast[0], fast[1], None, memo)
     got = numbers_one(bundle, row, memo)
     if got is None:
         return None

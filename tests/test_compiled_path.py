@@ -193,3 +193,23 @@ def test_threads_share_a_compiled_path_with_their_own_runners(pred: Predictor) -
     for th in threads:
         th.join()
     assert not errors
+
+
+def test_inline_forms_of_ops_equal_the_functions_bit_for_bit() -> None:
+    """Each wattgpu.ops function the tracer records inline (trace.INLINE): its expression on every combination of
+    special floats (±0, ±inf, NaN, ties) gives the function's own result, the same object type and bits."""
+    from wattgpu import ops
+
+    from .test_scalar_path import SPECIALS
+
+    assert set(trace.INLINE) == {ops.maximum, ops.minimum, ops.fmin, ops.clip, ops.where}
+    for fn, (types, expr) in trace.INLINE.items():
+        code = compile(expr.format(*(f"x{i}" for i in range(len(types)))), "<inline>", "eval")
+        pools = [[True, False] if t is bool else SPECIALS for t in types]
+        combos = [[]]
+        for pool in pools:
+            combos = [c + [v] for c in combos for v in pool]
+        for args in combos:
+            want = fn(*args)
+            got = eval(code, {f"x{i}": v for i, v in enumerate(args)})  # noqa: S307 - the tracer's own expression
+            assert type(got) is type(want) and _bits(got) == _bits(want), (fn.__name__, args, got, want)

@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .trace import INLINE as _trace_inline
 from .trace import Sym as _Sym
 from .trace import call as _traced
 
@@ -213,6 +214,17 @@ def where(cond: Any, a: Any, b: Any) -> Any:
     if type(cond) is _Sym or type(a) is _Sym or type(b) is _Sym:
         return _traced(where, cond, a, b)
     return np.where(cond, a, b)
+
+
+# The float branches above as expressions, recorded inline by wattgpu.trace (a call costs more than the comparison):
+# the same comparisons in the same order, held equal to the functions by tests/test_compiled_path.py.
+_trace_inline.update({
+    maximum: ((float, float), "({0} if ({0} > {1} or {0} != {0}) else {1})"),
+    minimum: ((float, float), "({0} if ({0} < {1} or {0} != {0}) else {1})"),
+    fmin: ((float, float), "({0} if ({0} <= {1} or {1} != {1}) else {1})"),
+    clip: ((float, float, float), "({1} if {0} < {1} else {2} if {0} > {2} else {0})"),
+    where: ((bool, float, float), "({1} if {0} else {2})"),
+})
 
 
 def isnan(x: Any) -> Any:

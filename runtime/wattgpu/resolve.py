@@ -72,6 +72,9 @@ def is_legacy_order(catalog: Catalog, first: Any, second: Any) -> bool:
 
 def resolve_pair(catalog: Catalog, gpu: Any, llm: Any, stacklevel: int = 3) -> tuple[GpuSpec, LlmSpec]:
     """Resolve a (gpu, llm) pair, accepting the deprecated (llm, gpu) order with a warning."""
+    known = catalog.known_pair(gpu, llm)
+    if known is not None:  # a GPU name first is never the legacy order
+        return known
     if is_legacy_order(catalog, gpu, llm):
         warnings.warn(LEGACY_ORDER_WARNING, DeprecationWarning, stacklevel=stacklevel)
         gpu, llm = llm, gpu

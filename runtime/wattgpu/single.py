@@ -367,11 +367,17 @@ def _array_row(c: dict[str, float]) -> F.Columns:
 JIT_AFTER = 32
 
 
-def _jit_key(row: Row) -> tuple[Any, ...]:
-    """What a compiled load path is specific to: the specs, the engine set-up and every load field but the
-    concurrency (its one input)."""
-    wl = row[2]
-    return ("jit", capacity._key(row, False), wl.kind, wl.qps, wl.num_requests)
+def _jit_workload(wl: Any) -> tuple[tuple[Any, ...], float]:
+    """(what a compiled load path is specific to of a workload: its engine set-up and every load field but the
+    concurrency, that concurrency's column: the path's one input); kept per workload object (RowMemo.spec)."""
+    return ((*capacity._key((None, None, wl), False)[2:], wl.kind, wl.qps, wl.num_requests),
+            F.workload_columns(wl)["wl_concurrency"])
+
+
+def _jit_key(row: Row, memo: RowMemo) -> tuple[tuple[Any, ...], float]:
+    """(the key of a row's compiled load path: the specs and :func:`_jit_workload`, the row's concurrency)."""
+    part, conc = memo.spec(row[2], _jit_workload)
+    return ("jit", id(row[0]), id(row[1]), part), conc
 
 
 def compiled_numbers(bundle: ModelBundle, row: Row, memo: RowMemo) -> tuple[dict[str, Any], dict[str, Any]] | None:
@@ -379,7 +385,7 @@ def compiled_numbers(bundle: ModelBundle, row: Row, memo: RowMemo) -> tuple[dict
     :func:`results.prediction`, from its set-up's compiled load path (:func:`_compile`); None when there is
     none yet (the first sighting), it cannot be compiled, or one of its guards fails (the definitions then
     answer the row)."""
-    key = _jit_key(row)
+    key, conc = _jit_key(row, memo)
     fn = memo.compiled_get(key, row)
     if fn is None or type(fn) is int:  # seen that many times before
         seen = (fn or 0) + 1
@@ -390,7 +396,7 @@ def compiled_numbers(bundle: ModelBundle, row: Row, memo: RowMemo) -> tuple[dict
     elif fn is False:
         return None
     try:
-        return fn(memo.spec(row[2], F.workload_columns)["wl_concurrency"], *_runners(bundle).values())
+        return fn(conc, *_runners(bundle).values())
     except trace.Deopt:  # a branch the other way, or an arithmetic error: the definitions answer this row
         return None
 

@@ -524,6 +524,17 @@ class Catalog:
             unsupported = tuple((m["name"], m["unsupported_reason"]) for m in data["llms"] if not m["spec"])
             return cls(version=str(data["catalog_version"]), gpus=gpus, llms=llms, unsupported_llms=unsupported)
 
+    def known_pair(self, gpu: Any, llm: Any) -> tuple[GpuSpec, LlmSpec] | None:
+        """(GPU, LLM) when both names were found before, spelled exactly so (:meth:`find_gpu`, :meth:`find_llm`
+        remember them), else None: a repeated question skips the lookups and the order check."""
+        if type(gpu) is str and type(llm) is str:
+            g = self._hits.get(("gpu", gpu))
+            if g is not None:
+                m = self._hits.get(("llm", llm))
+                if m is not None:
+                    return g, m
+        return None
+
     def find_gpu(self, name: str) -> GpuSpec | None:
         """The GPU whose name or alias matches ``name`` (case-insensitive) and no other GPU, or None."""
         return _memo_lookup(self._hits, "gpu", name,

@@ -21,6 +21,7 @@ a Sym passed to ``float``/``int``, numpy or ``math``, used as an index, or hashe
 """
 from __future__ import annotations
 
+import operator
 import threading
 from typing import Any, Callable, Sequence
 
@@ -91,10 +92,22 @@ def _val(x: Any) -> Any:
     return x.value if type(x) is Sym else x
 
 
+# fn -> (argument types, expression): a function's branch for exactly those types written as one expression of
+# its arguments ({0}, {1}, …), recorded inline instead of as a call (registered by wattgpu.ops beside each
+# function; tests/test_compiled_path.py holds each equal to the function, bit for bit).
+INLINE: dict[Callable[..., Any], tuple[tuple[type, ...], str]] = {}
+
+
 def call(fn: Callable[..., Any], *args: Any) -> Any:
-    """``fn(*args)`` recorded as one call where an argument is a Sym (``fn`` runs on the concrete values)."""
+    """``fn(*args)`` recorded as one call where an argument is a Sym (``fn`` runs on the concrete values), or as
+    its :data:`INLINE` expression where the arguments have its types."""
     trace = args[0].trace if type(args[0]) is Sym else next(a.trace for a in args if type(a) is Sym)
-    return trace.emit(f"{trace.ref(fn)}({', '.join(trace.ref(a) for a in args)})", fn(*map(_val, args)))
+    values = tuple(map(_val, args))
+    form = INLINE.get(fn)
+    refs = [trace.ref(a) for a in args]
+    if form is not None and len(form[0]) == len(values) and all(map(operator.is_, map(type, values), form[0])):
+        return trace.emit(form[1].format(*refs), fn(*values))
+    return trace.emit(f"{trace.ref(fn)}({', '.join(refs)})", fn(*values))
 
 
 class Trace:

@@ -213,3 +213,17 @@ def test_inline_forms_of_ops_equal_the_functions_bit_for_bit() -> None:
             want = fn(*args)
             got = eval(code, {f"x{i}": v for i, v in enumerate(args)})  # noqa: S307 - the tracer's own expression
             assert type(got) is type(want) and _bits(got) == _bits(want), (fn.__name__, args, got, want)
+
+
+def test_a_set_up_compiles_even_when_its_capacity_was_evicted(pred: Predictor) -> None:
+    """The per-set-up memos are bounded apart from the sighting counts: a set-up whose capacity was dropped
+    (memo full) before its compiling sighting still compiles (the trace needs it as a constant)."""
+    memo = memo_for(pred.bundle)
+    memo.clear()
+    row = (pred.resolve_gpu("NVIDIA A100 SXM4 40GB"), _llms(pred)[0], Workload(max_batch=64))
+    expected = pred.predict_specs([row])[0]
+    for _ in range(single.JIT_AFTER - 1):
+        assert pred.predict(*row) == expected
+    memo.capacities.clear()  # as RowMemo does when it passes LIMIT
+    assert pred.predict(*row) == expected
+    assert any(callable(v[2]) for v in memo.compiled.values())

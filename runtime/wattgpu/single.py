@@ -407,6 +407,9 @@ def _compile(bundle: ModelBundle, row: Row, memo: RowMemo) -> Callable[..., Any]
     this path, or the compiled function does not give this row's numbers bit for bit."""
     conc = memo.spec(row[2], F.workload_columns)["wl_concurrency"]
     runners = _runners(bundle)
+    plain = numbers_one(bundle, row, memo)  # also memoises what the trace reads as constants (capacity, set-up)
+    if plain is None:
+        return None
 
     def body(t: trace.Trace) -> Any:
         a = t.input(conc)
@@ -427,10 +430,7 @@ def _compile(bundle: ModelBundle, row: Row, memo: RowMemo) -> Callable[..., Any]
         replay = fn(conc, *runners.values())
     except trace.Deopt:
         return None
-    plain = numbers_one(bundle, row, memo)
-    if plain is None or not _same_numbers(replay, plain):
-        return None
-    return fn
+    return fn if _same_numbers(replay, plain) else None
 
 
 def _same_numbers(replay: tuple[dict[str, Any], dict[str, Any]], plain: tuple[Any, ...]) -> bool:

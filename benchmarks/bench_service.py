@@ -242,7 +242,8 @@ def markdown(r: dict[str, Any]) -> str:
         "(the one-row solve, `server_prediction_p50_us` of benchmarks/bench_runtime.py; a repeated body reads "
         "its solved state from the row memo, `server_prediction_unmemoised_p50_us` is the first solve). "
         "Every body is repeated, so after the first pass each is answered with its capacity (and a server "
-        "body's solved state) memoised: the figures are those of a service answering recurring questions. "
+        "body's solved state) memoised, and from its 32nd request an offline or closed-loop body's load path "
+        "runs compiled (wattgpu.trace): the figures are those of a service answering recurring questions. "
         "The RSS loop uses the offline/closed-loop bodies. Rank bodies rank the whole catalog. Raw figures: "
         "`reports/bench_service.json`.",
         END,

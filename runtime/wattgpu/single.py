@@ -1,7 +1,7 @@
 """One prediction on plain Python floats: the scalar path of :meth:`Predictor.predict`.
 
-A set-up seen a second time (the same specs, engine set-up and load fields but the concurrency) is traced
-once and replayed as one compiled function of its concurrency (:func:`compiled_numbers`, :mod:`wattgpu.trace`):
+A set-up asked for often (:data:`JIT_AFTER` times: the same specs, engine set-up and load fields but the
+concurrency) is traced once and replayed as one compiled function of its concurrency (:func:`compiled_numbers`, :mod:`wattgpu.trace`):
 the same definitions and operations, without their ~390 Python calls per row.
 
 This path evaluates the SAME definitions — :func:`features.row_columns` /

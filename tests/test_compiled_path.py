@@ -227,3 +227,23 @@ def test_a_set_up_compiles_even_when_its_capacity_was_evicted(pred: Predictor) -
     memo.capacities.clear()  # as RowMemo does when it passes LIMIT
     assert pred.predict(*row) == expected
     assert any(callable(v[2]) for v in memo.compiled.values())
+
+
+def test_a_compiled_path_whose_rows_keep_deoptimising_is_dropped(pred: Predictor) -> None:
+    """A closed loop compiled at 12 clients and then asked at 1 takes other branches (the sub-batch grid): after
+    single.MAX_DEOPTS such rows in a row the path is dropped; every answer is the definitions'."""
+    memo = memo_for(pred.bundle)
+    memo.clear()
+    g, m = pred.resolve_gpu("NVIDIA H100 SXM5 80GB"), _llms(pred)[0]
+    hot = (g, m, Workload(kind="closed_loop", concurrency=12.0))
+    for _ in range(single.JIT_AFTER + 1):
+        pred.predict(*hot)
+    key = single._jit_key(hot, memo)[0]
+    assert callable(memo.compiled_get(key, hot))
+    other = (g, m, Workload(kind="closed_loop", concurrency=1.0))  # the same set-up key, another concurrency
+    assert single._jit_key(other, memo)[0] == key
+    expected = pred.predict_specs([other])[0]
+    for _ in range(single.MAX_DEOPTS):
+        assert pred.predict(*other) == expected
+    assert memo.compiled_get(key, hot) is False
+    assert pred.predict(*hot) == pred.predict_specs([hot])[0]

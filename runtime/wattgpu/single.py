@@ -365,6 +365,10 @@ def _array_row(c: dict[str, float]) -> F.Columns:
 # ~2 ms (trace ~0.5, Python's compile ~1.3) and saves ~40 µs per later row, so it pays after ~50 more rows: a set-up
 # asked for less often than this never pays it (its rows take the memoised path, ~80 µs), a frequent one does once.
 JIT_AFTER = 32
+# A compiled path that deoptimises this many times in a row is dropped (its set-up's rows then take the memoised path):
+# its rows keep taking other branches (a closed loop asked at concurrencies across a capacity-grid batch), and each
+# such row would pay part of the compiled function before the definitions.
+MAX_DEOPTS = 8
 
 
 def _jit_workload(wl: Any) -> tuple[tuple[Any, ...], float]:
@@ -396,9 +400,15 @@ def compiled_numbers(bundle: ModelBundle, row: Row, memo: RowMemo) -> tuple[dict
     elif fn is False:
         return None
     try:
-        return fn(conc, *_runners(bundle).values())
+        out = fn(conc, *_runners(bundle).values())
     except trace.Deopt:  # a branch the other way, or an arithmetic error: the definitions answer this row
+        fn.deopts = getattr(fn, "deopts", 0) + 1
+        if fn.deopts >= MAX_DEOPTS:  # its rows mostly take other branches
+            memo.compiled_put(key, row, False)
         return None
+    if getattr(fn, "deopts", 0):
+        fn.deopts = 0
+    return out
 
 
 def _compile(bundle: ModelBundle, row: Row, memo: RowMemo) -> Callable[..., Any] | None:

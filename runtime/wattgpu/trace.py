@@ -1,15 +1,16 @@
 """A tracing compiler for the one-row path: the same definitions, run once on symbols, replayed as one function.
 
 One warm prediction spends most of its time in Python calls around the models (~390 calls: column dicts,
-:mod:`ops` dispatch, physics helpers) rather than in the arithmetic. :func:`compile_trace` runs a function
-ONCE with some inputs replaced by :class:`Sym` values. Each Sym carries its concrete value (the trace
+:mod:`ops` dispatch, physics helpers) rather than in the arithmetic. :func:`record` runs a function
+ONCE with some inputs replaced by :class:`Sym` values (:meth:`Trace.input`). Each Sym carries its concrete value (the trace
 computes the real answer as it goes) and records every operation on it as one line of straight-line
 Python. Everything that does not depend on a Sym is computed once, at trace time, and enters the code as
-a constant. The lines become one function of the symbolic inputs, compiled with ``compile``.
+a constant. The lines become one function of the symbolic inputs, compiled with ``compile`` (:meth:`Trace.compile`).
 
 Why the replay gives the same bits: every recorded line is the operation the definitions ran on Python
 floats. Arithmetic is the same IEEE operation, and each :mod:`ops` function is called as such (its
-float branch). The operands are the same: the constants are the trace-time objects themselves.
+float branch), or written out as that branch's own expression where :data:`INLINE` has one (tested equal).
+The operands are the same: the constants are the trace-time objects themselves.
 
 Branches on a Sym's value (``if``, ``and``/``or``, a comparison used as a truth value) become guards. The
 replay raises :class:`Deopt` when a guard would take the other branch, and the caller then runs the

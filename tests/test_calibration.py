@@ -406,7 +406,7 @@ def test_the_compiled_load_path_of_a_calibrated_bundle_equals_its_definitions(ca
     for wl in (Workload(max_batch=32, input_tokens=512, output_tokens=256), Workload(kind="closed_loop", concurrency=6)):
         got = [pred.predict(g, m, wl) for _ in range(single.JIT_AFTER + 2)]
         assert all(p == pred.predict_specs([(g, m, wl)])[0] for p in got)
-        fn = single._compile(pred.bundle, (g, m, wl), memo)
+        fn = single._compile(pred.bundle, (g, m, wl), memo, single._jit_key((g, m, wl), memo)[1])
         if fn is None:
             continue
         for conc in ((1.0, 3.0, 40.0) if wl.kind == "closed_loop" else (float("nan"),)):

@@ -59,7 +59,7 @@ def test_compiled_load_paths_give_the_definitions_numbers_at_every_concurrency(p
     for g, m, w in rows:
         if single.numbers_one(bundle, (g, m, w), memo) is None:
             continue  # rows the scalar path hands to the vectorised one
-        fn = single._compile(bundle, (g, m, w), memo)
+        fn = single._compile(bundle, (g, m, w), memo, single._jit_key((g, m, w), memo)[1])
         if fn is None:
             continue
         compiled += 1
@@ -118,7 +118,7 @@ def test_a_set_up_that_cannot_be_traced_keeps_the_ordinary_path(pred: Predictor,
     single._LOCAL.by_bundle = None  # runners hold their features' plan: rebuilt with the patched one
     memo.clear()  # and so do the kept load-free splits
     try:
-        assert single._compile(bundle, row, memo) is None
+        assert single._compile(bundle, row, memo, single._jit_key(row, memo)[1]) is None
         for _ in range(3):
             assert pred.predict(*row) == expected
         assert all(v[2] is False or isinstance(v[2], int) for v in memo.compiled.values())

@@ -360,7 +360,7 @@ def _array_row(c: dict[str, float]) -> F.Columns:
     return {k: np.array([v]) for k, v in c.items() if not k.startswith("feature:")}
 
 
-# ---- the compiled load path (wattgpu.trace): a set-up's second row with the same load fields but the concurrency
+# ---- the compiled load path (wattgpu.trace): a set-up's frequent rows (the same load fields but the concurrency)
 # The sighting of a set-up (and its kind, rate and request count) at which its load path is compiled. Compiling costs
 # ~2 ms (trace ~0.5, Python's compile ~1.3) and saves ~40 µs per later row, so it pays after ~50 more rows: a set-up
 # asked for less often than this never pays it (its rows take the memoised path, ~80 µs), a frequent one does once.
@@ -393,7 +393,7 @@ def compiled_numbers(bundle: ModelBundle, row: Row, memo: RowMemo) -> tuple[dict
     fn = memo.compiled_get(key, row)
     if fn is None or type(fn) is int:  # seen that many times before
         seen = (fn or 0) + 1
-        fn = _compile(bundle, row, memo) if seen >= JIT_AFTER else seen
+        fn = _compile(bundle, row, memo, conc) if seen >= JIT_AFTER else seen
         memo.compiled_put(key, row, False if fn is None else fn)
         if type(fn) is int or fn is None:
             return None
@@ -411,11 +411,10 @@ def compiled_numbers(bundle: ModelBundle, row: Row, memo: RowMemo) -> tuple[dict
     return out
 
 
-def _compile(bundle: ModelBundle, row: Row, memo: RowMemo) -> Callable[..., Any] | None:
-    """The load path of ``row`` (:func:`numbers_one` from the load columns on) traced with its concurrency as the
-    input and compiled (:mod:`wattgpu.trace`); None when the trace is refused, the row is not answered on
-    this path, or the compiled function does not give this row's numbers bit for bit."""
-    conc = memo.spec(row[2], F.workload_columns)["wl_concurrency"]
+def _compile(bundle: ModelBundle, row: Row, memo: RowMemo, conc: float) -> Callable[..., Any] | None:
+    """The load path of ``row`` (:func:`numbers_one` from the load columns on) traced with its concurrency column
+    ``conc`` (:func:`_jit_key`) as the input and compiled (:mod:`wattgpu.trace`); None when the trace is refused,
+    the row is not answered on this path, or the compiled function does not give this row's numbers bit for bit."""
     runners = _runners(bundle)
     plain = numbers_one(bundle, row, memo)  # also memoises what the trace reads as constants (capacity, set-up)
     if plain is None:

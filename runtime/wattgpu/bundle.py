@@ -28,10 +28,10 @@ import json
 import operator
 import os
 import threading
-from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+from .frozen import dataclass
 from .calibration_format import read_section
 from .ttft_fit import NO_FIT, TtftFit
 from .ttft_fit import read_section as read_ttft_section
@@ -97,6 +97,8 @@ def _digest() -> Callable[[bytes], Any]:
 
 @dataclass(frozen=True)
 class FeatureInfo:
+    """One model input as the manifest describes it: its name, unit and meaning."""
+
     name: str
     unit: str
     description: str

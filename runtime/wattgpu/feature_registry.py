@@ -9,11 +9,11 @@ column used as it is); a model uses it once a recipe (``wattgpu_train.recipes``)
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
 
+from .frozen import dataclass
 from . import ops, parallel, physics
 from .derived import Columns, flop_s, layer_overhead_s, weight_read_s
 from .raw_columns import MEMORY_TYPE_ORDER, SCENARIOS

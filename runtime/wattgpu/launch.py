@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from .frozen import dataclass
 from . import features as F
 from . import physics
 from .quant import DTYPE_ALIASES

@@ -24,9 +24,9 @@ learned models sit above, never a measurement. The memory fit is exact arithmeti
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any, Callable
 
+from .frozen import dataclass
 from . import memory, ops, parallel, physics
 from .errors import SpecValidationError
 from .layout_limits import (DEFAULT_GPUS_PER_NODE, DEFAULT_INTERCONNECT, INTERNODE_LINKS, LIMITS, MAX_NODES,

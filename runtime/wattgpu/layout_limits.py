@@ -3,8 +3,8 @@ fields with, apart from the layout physics in :mod:`wattgpu.layout` (which re-ex
 CLI's options do not load that module for a plain prediction (cold start)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 
+from .frozen import dataclass
 from .errors import SpecValidationError
 from .parallel import MAX_TP
 

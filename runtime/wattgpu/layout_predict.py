@@ -22,9 +22,10 @@ How the load meets the layout (ASSUMPTIONS):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any, Callable, Mapping
 
+from .frozen import dataclass
 from .serving import capacity
 from . import physics
 from . import layout as L

@@ -5,9 +5,9 @@ the learned stage answers are memoised per GPU type, engine shape and micro-batc
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any, Iterable
 
+from .frozen import dataclass
 from . import layout as L
 from .layout_predict import running_batch
 

@@ -1,9 +1,10 @@
 """The typed result of one prediction."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
+from .frozen import dataclass
 from . import record
 from .energy import energy_figures
 

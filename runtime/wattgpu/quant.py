@@ -29,9 +29,9 @@ the whole model's average from the parameter split the config reader computes (`
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from .frozen import dataclass
 from .errors import SpecValidationError
 
 # ``--dtype`` choices: name -> (precision label, weight bytes per parameter, compute dtype, quantised)

@@ -9,9 +9,9 @@ than ``requests`` so it is never mistaken for the HTTP library.)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Mapping
 
+from .frozen import dataclass
 from .energy import PRICE_RANGES
 from .errors import SpecValidationError, WattGPUError, _short
 from .serving.fleet import MAX_REPLICAS

@@ -22,10 +22,11 @@ hold the model or miss the SLA are listed separately with the reason.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import field, fields, replace
 from functools import lru_cache
 from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
+from .frozen import dataclass
 from .serving import capacity, fleet
 from . import checks, parallel, questions, record
 from . import features as F

@@ -13,10 +13,10 @@ Machine-readable outputs are in SI units (s, W, J, tokens/s; energy sub-keys nam
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any, Callable, Iterable, NamedTuple
 
+from .frozen import dataclass
 from .energy import Prices
 
 # JSON shapes: a number, integer, boolean, string, free object, list of strings, the intervals

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
 from typing import Any, TypeGuard
 
+from .frozen import dataclass
 from .errors import SpecValidationError
 
 # A plain decimal number: no "nan", "inf", "0x10", "1_000" or surrounding junk (Python's float() takes all of those).

@@ -5,10 +5,11 @@ import json
 import math
 import os
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields
+from dataclasses import field, fields
 from functools import lru_cache
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
+from .frozen import dataclass
 from .errors import AmbiguousNameError, ArtifactError, SpecValidationError, UnknownEntityError, UnsupportedModelError, require_type
 
 MAX_PACKED_ARTIFACT_BYTES = 64 << 20  # an unpacked wheel artifact above this is damaged or hostile

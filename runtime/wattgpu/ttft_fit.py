@@ -18,9 +18,9 @@ A bundle without the section (formats ≤ 4) has no excess and no TTFT interval:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Mapping
 
+from .frozen import dataclass
 from .rules import is_finite_number
 
 SECTION_KEYS = ("excess_steps", "burst_s", "interval", "burst_interval", "level", "rows", "method")

@@ -1,9 +1,10 @@
 """Workload description: how requests reach the engine (offline batch, Poisson server, closed loop)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from typing import Any, Mapping
 
+from .frozen import dataclass
 from .errors import SpecValidationError
 from .parallel import MAX_TP
 from .rules import ChoiceRule, NumberRule

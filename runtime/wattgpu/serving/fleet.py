@@ -15,12 +15,13 @@ step down while ``n - 1`` replicas still meet it and up while ``n`` misses (the 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Sequence
 
 import numpy as np
 
 from . import capacity
+from ..frozen import dataclass
 from .. import features as F
 from ..errors import WattGPUError
 from ..prediction import Prediction

@@ -249,7 +249,7 @@ def _runtime_records() -> list[type]:
         module = importlib.import_module(info.name)
         for value in vars(module).values():
             if (isinstance(value, type) and value.__module__ == module.__name__ and dataclasses.is_dataclass(value)
-                    and value.__init__.__code__.co_filename.startswith("<wattgpu.frozen")):
+                    and "__dataclass_params__" in vars(value) and value.__dataclass_params__.frozen):  # decorated itself
                 out.append(value)
     return out
 
@@ -267,11 +267,14 @@ def _standard_signature(cls: type) -> str:
     return str(inspect.Signature(params, return_annotation=None))
 
 
-def test_every_runtime_record_has_the_standard_init_signature() -> None:
+def test_every_frozen_runtime_record_is_written_here_with_the_standard_signature() -> None:
     records = _runtime_records()
     names = {c.__qualname__ for c in records}
     # the records a first prediction imports are among them (the point of the module)
     assert {"GpuSpec", "LlmSpec", "Workload", "Prediction", "Interval", "RankEntry", "FeatureSchema"} <= names
     for cls in records:
+        # every frozen record of the runtime is written by wattgpu.frozen (a new one from dataclasses would cost
+        # its code generation at import again)
+        assert cls.__init__.__code__.co_filename.startswith("<wattgpu.frozen"), cls
         assert str(inspect.signature(cls.__init__)) == _standard_signature(cls), cls
         assert cls.__dataclass_params__.frozen and cls.__doc__ and not cls.__doc__.startswith("(written")

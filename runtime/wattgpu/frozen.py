@@ -15,6 +15,7 @@ standard decorator unchanged. Not supported here (a TypeError says so): ``InitVa
 from __future__ import annotations
 
 import dataclasses
+import sys
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -39,6 +40,34 @@ def _tuple_getter(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
         get1 = attrgetter(names[0])
         return lambda obj: (get1(obj),)
     return attrgetter(*names)
+
+
+def _eq(names: tuple[str, ...]) -> Callable[[Any, Any], Any]:
+    """The standard ``__eq__`` over the compared fields ``names``: up to Python 3.12 the two tuples of them
+    compared (identical elements equal, so a NaN field equals itself); from 3.13 ``self is other``, then the
+    fields compared one by one with ``==`` and ``and`` (a NaN field is unequal)."""
+    compared = _tuple_getter(names)
+
+    def eq_tuples(self: Any, other: Any) -> Any:
+        if other.__class__ is self.__class__:
+            return compared(self) == compared(other)
+        return NotImplemented
+
+    def eq_fields(self: Any, other: Any) -> Any:
+        if self is other:
+            return True
+        if other.__class__ is self.__class__:
+            result: Any = True
+            for name in names:  # a == b and c == d and ...: the first false result, else the last
+                result = getattr(self, name) == getattr(other, name)
+                if not result:
+                    return result
+            return result
+        return NotImplemented
+
+    fn = eq_tuples if sys.version_info < (3, 13) else eq_fields
+    fn.__name__ = "__eq__"
+    return fn
 
 
 def _init_source(flds: list[dataclasses.Field], post_init: bool) -> tuple[str, dict[str, Any]]:
@@ -133,15 +162,10 @@ def _frozen(cls: type) -> type:
 
         __repr__.__qualname__ = f"{cls.__qualname__}.__repr__"
         cls.__repr__ = __repr__  # type: ignore[assignment]
-    compared = _tuple_getter(tuple(f.name for f in flds if f.compare))
     if "__eq__" not in own:
-        def __eq__(self: Any, other: Any) -> Any:
-            if other.__class__ is self.__class__:
-                return compared(self) == compared(other)
-            return NotImplemented
-
-        __eq__.__qualname__ = f"{cls.__qualname__}.__eq__"
-        cls.__eq__ = __eq__  # type: ignore[assignment]
+        eq = _eq(tuple(f.name for f in flds if f.compare))
+        eq.__qualname__ = f"{cls.__qualname__}.__eq__"
+        cls.__eq__ = eq  # type: ignore[assignment]
     explicit_hash = "__hash__" in own and not (own["__hash__"] is None and "__eq__" in own)
     if not explicit_hash:
         hashed = _tuple_getter(tuple(f.name for f in flds if (f.compare if f.hash is None else f.hash)))

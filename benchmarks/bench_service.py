@@ -251,13 +251,17 @@ def markdown(r: dict[str, Any]) -> str:
 
 
 def write_report(path: Path, text: str, start: str = START, end: str = END) -> None:
-    """Replace the section between ``start`` and ``end`` markers of ``path`` (or add it after the title)."""
+    """Replace the section between ``start`` and ``end`` markers of ``path``, or add it after the title: before
+    the first heading or the first other script's section, so one script's section never lands inside another's
+    (a later rewrite of that one would drop it)."""
     old = path.read_text(encoding="utf-8") if path.exists() else ""
     if start in old and end in old:
         new = old[:old.index(start)] + text + old[old.index(end) + len(end):]
     else:
-        head, sep, rest = old.partition("\n## ")
-        new = head.rstrip("\n") + "\n\n" + text + "\n\n" + (sep.lstrip("\n") + rest if sep else "")
+        cuts = [i for i in (old.find("\n## "), old.find("\n<!-- ")) if i >= 0]
+        at = min(cuts) if cuts else len(old)
+        head, rest = old[:at], old[at:].lstrip("\n")
+        new = head.rstrip("\n") + "\n\n" + text + "\n\n" + rest
     path.write_text(new, encoding="utf-8")
 
 

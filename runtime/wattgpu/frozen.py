@@ -99,7 +99,8 @@ def _check_supported(cls: type) -> list[dataclasses.Field]:
     """The fields of ``cls`` (after the standard decorator), or a TypeError for what this module does not do."""
     initvar = getattr(dataclasses, "_FIELD_INITVAR", None)
     flds = list(dataclasses.fields(cls))
-    if initvar is not None and any(getattr(f, "_field_type", None) is initvar for f in getattr(cls, "__dataclass_fields__").values()):
+    every = getattr(cls, "__dataclass_fields__").values()
+    if initvar is not None and any(getattr(f, "_field_type", None) is initvar for f in every):
         raise TypeError(f"{cls.__qualname__}: InitVar fields need dataclasses.dataclass (wattgpu.frozen does not "
                         "write them)")
     if any(getattr(f, "kw_only", False) is True for f in flds):

@@ -6,7 +6,7 @@ frozen dataclasses a first prediction imports cost ~9 ms of a ~40 ms cold start.
 decorator still collects the fields (so ``fields``, ``replace``, ``asdict``, ``is_dataclass``, pickling
 and subclassing behave as before), only ``__init__`` is compiled (one function), and ``__repr__``,
 ``__eq__``, ``__hash__`` and the frozen ``__setattr__``/``__delattr__`` are closures over the field
-names, with the same results and errors as the generated ones (tests/test_frozen.py holds them to the
+names (under a dataclass base the standard decorator still writes the last two, as it checks frozen there), with the same results and errors as the generated ones (tests/test_frozen.py holds them to the
 standard decorator's, and every runtime record's ``__init__`` signature to the standard one's).
 
 Type checkers see :func:`dataclasses.dataclass` itself. Any other option than ``frozen=True`` goes to the
@@ -189,6 +189,5 @@ else:
     def dataclass(cls: type | None = None, /, *, frozen: bool = False, **options: Any) -> Any:
         """``dataclasses.dataclass``: with ``frozen=True`` alone, the class written as this module says."""
         if not frozen or options:
-            return dataclasses.dataclass(frozen=frozen, **options) if cls is None else \
-                dataclasses.dataclass(cls, frozen=frozen, **options)
+            return dataclasses.dataclass(cls, frozen=frozen, **options)  # cls None: the decorator, as there
         return _frozen if cls is None else _frozen(cls)

@@ -53,7 +53,7 @@ BUDGETS: dict[str, tuple[float, str, str]] = {
     "csv_rows_per_s": (50_000.0, "min", "rows/s"),
     "csv_10k_rows_per_s": (50_000.0, "min", "rows/s"),
     "csv_1m_rows_per_s": (50_000.0, "min", "rows/s"),
-    "wheel_kb": (300.0, "max", "KB"),
+    "wheel_kb": (400.0, "max", "KB"),  # issue 37's target; issue 14 set 300 KB before the 600-tree models
     "installed_package_mb": (2.0, "max", "MB"),
     "xgboost_over_onnx_per_row_single": (5.0, "min", "×"),
 }
@@ -493,16 +493,27 @@ def bench_batch(n_rows: int, repeats: int) -> dict[str, Any]:
             "onnx_inside": inside, "path": "Predictor.predict_table" if has_table else "Predictor.predict_specs"}
 
 
+def wall_seconds(spans: list[tuple[float, float]]) -> float:
+    """Seconds covered by at least one of the (start, end) ``spans``: the wall time of runs that may overlap
+    (wattgpu.threads runs a large input's row slices at once), not the sum of their durations."""
+    total, reach = 0.0, -math.inf
+    for start, end in sorted(spans):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
 class _TimedSession:
-    """A session proxy that adds up the time and rows of its ``run`` calls."""
+    """A session proxy that keeps the (start, end) and rows of its ``run`` calls (from any thread)."""
 
     def __init__(self, session: Any) -> None:
-        self.session, self.seconds, self.rows = session, 0.0, 0
+        self.session, self.spans, self.rows = session, [], 0
 
     def run(self, *args: Any, **kwargs: Any) -> Any:
         t = time.perf_counter()
         out = self.session.run(*args, **kwargs)
-        self.seconds += time.perf_counter() - t
+        self.spans.append((t, time.perf_counter()))
         self.rows += len(next(iter(args[1].values())))
         return out
 
@@ -524,7 +535,7 @@ def _onnx_share(predictor: Any, rows: list[Any]) -> dict[str, float]:
     finally:
         sessions.clear()
         sessions.update(saved)
-    seconds = sum(s.seconds for s in timed.values())
+    seconds = wall_seconds([span for s in timed.values() for span in s.spans])
     model_rows = sum(s.rows for s in timed.values())
     return {"onnx_share": seconds / total, "model_rows_per_row": model_rows / len(rows) / len(timed)}
 
@@ -604,7 +615,8 @@ def bench_csv(n_rows: int, repeats: int, env: dict[str, str], prefix: str = "csv
             f"_{prefix}": {"rows": n_rows, "how": "python -c <runpy wattgpu.cli predict --input in.csv --output out.csv>, "
                      "whole process (start, read, predict, write)", "floor": "Predictor.predict_table, same rows, "
                      "in process", "peak_rss": "VmHWM of the child (Linux; ru_maxrss elsewhere)",
-                     "floor_onnx": "rows / seconds inside onnxruntime's Session.run during predict_csv of the same file "
+                     "floor_onnx": "rows / wall seconds inside onnxruntime's Session.run (overlapping row slices on "
+                     "threads counted once) during predict_csv of the same file "
                      "in this process with a fresh Predictor (every distinct set-up's capacity grid evaluated, as in "
                      "the CLI): the rate no CSV path evaluating these models can beat",
                      "floor_write": "rows / seconds of csv.writer.writerows alone on the output rows (numbers as "
@@ -621,7 +633,7 @@ def csv_floors(src: str, n_rows: int) -> tuple[float, float]:
 
     from wattgpu import Predictor, batch
 
-    spent = [0.0]
+    spans: list[tuple[float, float]] = []
     run = ort_session.Session.run
 
     def timed(self: Any, *a: Any, **k: Any) -> Any:
@@ -629,7 +641,7 @@ def csv_floors(src: str, n_rows: int) -> tuple[float, float]:
         try:
             return run(self, *a, **k)
         finally:
-            spent[0] += time.perf_counter() - t
+            spans.append((t, time.perf_counter()))
     with tempfile.TemporaryDirectory() as tmp:
         dst = os.path.join(tmp, "out.csv")
         ort_session.Session.run = timed  # type: ignore[method-assign]
@@ -651,7 +663,7 @@ def csv_floors(src: str, n_rows: int) -> tuple[float, float]:
     w = csv.writer(io.StringIO())
     w.writerow(head)
     w.writerows(body)
-    return n_rows / spent[0], n_rows / (time.perf_counter() - t)
+    return n_rows / wall_seconds(spans), n_rows / (time.perf_counter() - t)
 
 
 # ---------------------------------------------------------------- ONNX graph forms

@@ -4,6 +4,7 @@ and the held-out fit of the training side. Synthetic rows here are labelled test
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -114,6 +115,19 @@ def test_packaged_bundle_is_format_5_with_a_ttft_section():
     schema = bundle.ModelBundle(PACKAGED).schema
     assert schema.schema_version == bundle.FORMAT_VERSION == 5
     assert schema.ttft.excess_steps > 0 and schema.ttft.interval is not None and schema.ttft.rows > 0
+
+
+def test_packaged_ttft_method_names_the_modules_that_compute_it():
+    """The shipped section's method is what `wattgpu-train fit-ttft` writes today, and every module it names
+    exists (a module move leaves no stale name in the artifact: refit with fit-ttft, the numbers unchanged)."""
+    import importlib
+
+    from wattgpu_train.ttft import METHOD
+
+    method = json.loads((PACKAGED / bundle.SCHEMA_FILE).read_text())["ttft"]["method"]
+    assert method == METHOD
+    for name in sorted(set(re.findall(r"wattgpu(?:\.[a-z_]+)+", method))):
+        importlib.import_module(name)
 
 
 def test_a_format_4_bundle_still_loads_without_excess_or_interval(tmp_path):

@@ -11,6 +11,7 @@ from .bundle import ModelBundle
 from .calibrated import of as calibration_of
 from .specs import GpuSpec, LlmSpec
 from .targets import inverse
+from .threads import run_rows
 from .workload import KINDS, Workload
 
 Row = tuple[GpuSpec, LlmSpec, Workload]  # the one order everywhere: (gpu, llm, workload)
@@ -95,11 +96,12 @@ DISTINCT_MIN_ROWS = 64  # smaller inputs run as they are
 
 
 def run_distinct(session: Any, input_name: str, X: np.ndarray) -> np.ndarray:
-    """The model's output per row of ``X``, each distinct row (by its bytes) evaluated once."""
+    """The model's output per row of ``X``, each distinct row (by its bytes) evaluated once; a large input's
+    rows split over threads (:func:`wattgpu.threads.run_rows`: the same bits)."""
     n = X.shape[0]
     if n >= DISTINCT_MIN_ROWS:
         Xc = np.ascontiguousarray(X)
         first, back = ops.distinct_rows(Xc.view(np.dtype(f"i{Xc.dtype.itemsize}")))  # by bits
         if len(first) <= 0.8 * n:
-            return np.asarray(session.run(None, {input_name: Xc[first]})[0]).reshape(-1)[back]
-    return np.asarray(session.run(None, {input_name: X})[0]).reshape(-1)
+            return np.asarray(run_rows(session, input_name, Xc[first])).reshape(-1)[back]
+    return np.asarray(run_rows(session, input_name, X)).reshape(-1)

@@ -31,6 +31,7 @@ from .results import TABLE_FIELDS
 from .schema import FeatureSchema
 from .serving.server import IDLE_FRACTION_OF_TDP, idle_power
 from .specs import Catalog, GpuSpec, LlmSpec
+from .threads import thread_count
 from .workload import Workload
 
 interval_factors = parse_interval_factors  # 0.1 name; training's calibrate.interval_factors computes them
@@ -58,6 +59,7 @@ class Predictor:
         path = models_dir(given)
         if path is not None:
             check_bundle_dir(path, origin if given is not None else f"${MODELS_ENV}")
+        thread_count()  # a malformed $WATTGPU_THREADS is refused here, not at the first large table
         self.bundle = ModelBundle(path)
         self._catalog = catalog
 

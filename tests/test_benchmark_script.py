@@ -97,16 +97,3 @@ def test_the_report_section_is_written_with_every_issue37_target(report: tuple[d
     assert rank_row.rstrip(" |").endswith("yes" if figures["rank_full_catalog_ms"]["median"] <= 1.0 else "**no**")
     wheel_row = next(line for line in section.splitlines() if line.startswith("| wheel"))
     assert wheel_row.rstrip(" |").endswith("yes" if figures["wheel_kb"]["median"] <= 400.0 else "**no**")
-
-
-def test_onnx_floors_count_overlapping_runs_once() -> None:
-    """The ONNX floors time Session.run from every thread (wattgpu.threads runs row slices at once): the floor is
-    the wall time covered by some run, never the sum of overlapping durations."""
-    sys.path.insert(0, str(SCRIPT.parent))
-    try:
-        from bench_runtime import wall_seconds
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
-    assert wall_seconds([]) == 0.0
-    assert wall_seconds([(0.0, 1.0), (0.5, 1.5)]) == 1.5  # two threads overlapping
-    assert wall_seconds([(2.0, 3.0), (0.0, 1.0), (0.2, 0.4)]) == 2.0  # disjoint, and one inside another

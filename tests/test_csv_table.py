@@ -101,20 +101,25 @@ def test_repeated_rows_over_chunks(pred: Predictor, tmp_path: Path) -> None:
     check_same(tmp_path, lines, pred, prices=PRICES[1], chunk=1)
 
 
-def test_many_varied_rows(pred: Predictor, tmp_path: Path) -> None:
-    rng = np.random.default_rng(3)
+def many_rows(pred: Predictor, n: int, seed: int = 3) -> list[str]:
+    """A header and ``n`` random rows of catalog LLMs and GPUs, every workload kind, caps, lengths and TP degrees."""
+    rng = np.random.default_rng(seed)
     gpus = [g.name for g in pred.catalog.gpus]
     llms = [m.name for m in pred.catalog.llms]
     kinds = ["offline", "server", "closed_loop", ""]
     lines = ["llm,gpu,workload,qps,concurrency,max_batch,output_tokens,tp"]
-    for _ in range(400):
+    for _ in range(n):
         kind = kinds[rng.integers(len(kinds))]
         lines.append(",".join([llms[rng.integers(len(llms))], gpus[rng.integers(len(gpus))], kind,
                                f"{rng.uniform(0.01, 40):.3g}" if kind == "server" else "",
                                str(rng.integers(1, 600)) if kind == "closed_loop" else "",
                                str(2 ** rng.integers(0, 10)), str(rng.integers(1, 3000)),
                                str([1, 1, 2, 4][rng.integers(4)])]))
-    check_same(tmp_path, lines, pred, chunk=128)
+    return lines
+
+
+def test_many_varied_rows(pred: Predictor, tmp_path: Path) -> None:
+    check_same(tmp_path, many_rows(pred, 400), pred, chunk=128)
 
 
 def test_a_calibrated_bundle(pred: Predictor, tmp_path: Path) -> None:

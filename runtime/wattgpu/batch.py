@@ -460,7 +460,7 @@ def predict_csv(in_path: str, out_path: str, on_error: str = "skip", defaults: W
                 prices: Prices = (None, None, 1.0, None), predictor: Any = None,
                 report: Callable[[str], None] = lambda msg: None, chunk: int = CHUNK_ROWS,
                 errors_path: str | None = None, report_limit: int | None = None, lenient: bool = False,
-                examples: dict[str, str] | None = None) -> BatchSummary:
+                examples: dict[str, str] | None = None, workers: int | None = None) -> BatchSummary:
     """Predict every row of ``in_path`` into ``out_path`` (``"-"``: standard output), streaming; returns a
     :class:`BatchSummary` (which also unpacks as ``(rows predicted, rows skipped)``).
 
@@ -472,7 +472,9 @@ def predict_csv(in_path: str, out_path: str, on_error: str = "skip", defaults: W
     ``report_limit``: report only the first N skipped rows (the summary's reason counts cover the
     rest). ``errors_path``: also write every skipped row as CSV (``line, column, reason, error``).
     ``examples``: filled with the first skipped row of each reason (reason → message). ``lenient``: an
-    unknown header column is a warning (``report``), not an error (:func:`check_columns`).
+    unknown header column is a warning (``report``), not an error (:func:`check_columns`). ``workers``: processes
+    answering a file of more than ``chunk`` rows (:mod:`wattgpu.csv_workers`; the same bytes): None for
+    ``$WATTGPU_THREADS``, else the CPUs this process may use (at most 8); 1 for this process alone.
     """
     from .energy import check_prices
 
@@ -485,6 +487,8 @@ def predict_csv(in_path: str, out_path: str, on_error: str = "skip", defaults: W
     check_prices(*prices)
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
         raise WattGPUError(f"chunk = {chunk!r} is invalid; expected a positive integer")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= 1024):
+        raise WattGPUError(f"workers = {workers!r} is invalid; expected a whole number from 1 to 1024, or None")
     if report_limit is not None and (isinstance(report_limit, bool) or not isinstance(report_limit, int)
                                      or report_limit < 0):
         raise WattGPUError(f"report_limit = {report_limit!r} is invalid; expected a non-negative integer or None")
@@ -508,7 +512,12 @@ def predict_csv(in_path: str, out_path: str, on_error: str = "skip", defaults: W
                 err_fd, err_tmp = _temp_next_to(err_out)
                 err_fo = os.fdopen(err_fd, "w", newline="", encoding="utf-8")
             try:
-                stream = _predict_stream(rows, defaults, predictor, chunk, csv_answers(prices))
+                from .csv_workers import stream as answer_stream
+                from .predictor import default_predictor
+
+                pred, wl = predictor or default_predictor(), defaults or Workload()
+                stream = answer_stream(rows, _csv_stream(pred, wl, chunk, prices), pred, wl, chunk, prices, report,
+                                       workers)
                 reporter = _Reporter(report, report_limit, err_fo, examples)
                 if to_stdout:  # streamed as it is predicted: with on_error="stop", rows before the bad one are out
                     _write_rows(sys.stdout, fields, stream, on_error, prices, reporter, summary)
@@ -542,6 +551,22 @@ def predict_csv(in_path: str, out_path: str, on_error: str = "skip", defaults: W
             if err_tmp is not None:
                 _remove(err_tmp)
     return summary
+
+
+def _csv_stream(pred: Any, defaults: Workload, chunk: int, prices: Prices
+                ) -> Callable[[Iterator[tuple[int, dict[str, str], str | None]]], Iterator[tuple[int, dict[str, str], Any]]]:
+    """Rows as read → ``(line, row, CSV cells | RowError)``: :func:`_predict_stream` with :func:`csv_answers`."""
+    return lambda rows: _predict_stream(rows, defaults, pred, chunk, csv_answers(prices))
+
+
+def csv_worker() -> None:
+    """A worker process of :mod:`wattgpu.csv_workers` (started by it): the caller's Predictor rebuilt from the
+    set-up it sends (bundle directory, catalog), then its chunks answered as :func:`predict_csv` answers them."""
+    from .csv_workers import serve
+    from .predictor import Predictor
+
+    serve(lambda setup: _csv_stream(Predictor(setup["models"], setup["catalog"]), setup["defaults"], setup["chunk"],
+                                    setup["prices"]))
 
 
 ERROR_COLUMNS = ("line", "column", "reason", "error")

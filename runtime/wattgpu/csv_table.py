@@ -8,6 +8,7 @@ same values from the same definitions (:func:`wattgpu.results.row_warnings`, :fu
 """
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Sequence
 
@@ -15,7 +16,7 @@ import numpy as np
 
 from .serving import latency
 from . import record, results, ttft_fit
-from .checks import intervals, not_finite_error
+from .checks import not_finite_error
 from .energy import Prices, energy_figures
 from .errors import WattGPUError
 from .targets import ITL, POWER
@@ -60,19 +61,54 @@ def _strings(values: Sequence[str]) -> list[str]:
     return [seen.get(v) or seen.setdefault(v, quote(v)) if v else "" for v in values]
 
 
-def _level80(factors: Sequence[tuple[float, float, float]]) -> tuple[tuple[float, float, float], ...]:
-    """The first factor of the 80 % level (the CSV's interval columns), or none."""
-    return next((((lv, lo, hi),) for lv, lo, hi in factors if record.is_level80(lv)), ())
+def _level80(factors: Sequence[tuple[float, float, float]]) -> tuple[float, float] | None:
+    """(low, high) factor of the 80 % level (the CSV's interval columns), or None."""
+    return next(((lo, hi) for lv, lo, hi in factors if record.is_level80(lv)), None)
 
 
-def _pair(ivs: Sequence[Any]) -> tuple[Any, Any]:
-    hit = next((i for i in ivs if record.is_level80(i.level)), None)
-    return (None, None) if hit is None else (hit.low, hit.high)
+def _interval_cells(value: np.ndarray, factor: np.ndarray, has: np.ndarray, floor: np.ndarray,
+                    cap: np.ndarray | None = None, cap_text: Sequence[str] | None = None) -> tuple[list[str], list[str]]:
+    """The 80 % interval columns (low, high) of :func:`wattgpu.checks.intervals` around ``value`` per row: the
+    factors ``factor`` (rows × (low, high)), the low end at least ``floor``, the high end at most ``cap`` (written
+    as ``cap_text``, the cap's own cell); empty where a row has no 80 % factor (``has`` false). The same
+    products and comparisons as the scalar function, so the same numbers."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        low = value * factor[:, 0]
+        low = np.where(floor > low, floor, low)
+        high = value * factor[:, 1]
+    lows, highs = _floats(low.tolist()), _floats(high.tolist())
+    if cap is not None and cap_text is not None:
+        for k in np.flatnonzero(cap < high).tolist():
+            highs[k] = cap_text[k]
+    for k in np.flatnonzero(~has).tolist():
+        lows[k] = highs[k] = ""
+    return lows, highs
+
+
+def _lesser(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``min(a, b)`` per row, as Python's min picks: ``b`` only where ``b < a``."""
+    return np.where(b < a, b, a)
+
+
+def _bound_kinds(mem: list[float], flop: list[float], comm: list[float]) -> list[str]:
+    """:func:`wattgpu.serving.latency.bound`'s ``kind`` per row: the first largest part; rows with a part that is
+    not finite go through the function itself."""
+    a, b, c = (np.asarray(x, dtype=np.float64) for x in (mem, flop, comm))
+    k = np.where(b > a, 1, 0)
+    k = np.where(c > np.where(k == 1, b, a), 2, k)
+    kinds = [latency.BOUNDS[i] for i in k.tolist()]
+    for i in np.flatnonzero(~(np.isfinite(a) & np.isfinite(b) & np.isfinite(c))).tolist():
+        kinds[i] = latency.bound(mem[i], flop[i], comm[i])["kind"]
+    return kinds
 
 
 def answer_cells(ev: Any, prices: Prices) -> list[tuple[str, ...] | WattGPUError]:
     """Per row of ``ev``: its output cells as CSV text in :func:`wattgpu.record.csv_columns` order, or the
-    WattGPUError it raises (as :meth:`~wattgpu.predictor.Evaluated.prediction` returns it)."""
+    WattGPUError it raises (as :meth:`~wattgpu.predictor.Evaluated.prediction` returns it).
+
+    Column by column: per row in Python only what is per set-up or per GPU (its set-up's warnings, kept in
+    the memo, and its interval factors), and the few rows whose warnings are their own
+    (:func:`wattgpu.results.own_warning_rows`) or that run as a Poisson server."""
     out: list[Any] = list(ev.errors)
     good = sorted(ev.slot, key=ev.slot.__getitem__)  # row index of each evaluated slot
     if not good:
@@ -81,57 +117,78 @@ def answer_cells(ev: Any, prices: Prices) -> list[tuple[str, ...] | WattGPUError
     memo = results.memo_for(bundle)
     num, cols, mix_of = ev.numbers, ev.cols, ev.mix
     rows = [ev.triples[i] for i in good]
+    m = len(rows)
+    gpus = [g for g, _, _ in rows]
+    wls = [w for _, _, w in rows]
     lists = {k: num[k].tolist() for k in ("power_w", "raw_power_w", "itl_s", "max_qps", "utilization",
-                                          "ttft_s", "e2e_latency_s", "prefill_roofline_s", "step_memory_s",
-                                          "step_compute_s", "step_interconnect_s")}
-    col = {k: cols[k].tolist() for k in ("fit_batch", "roofline_itl_s", "idle_power_w")}
+                                          "ttft_s", "e2e_latency_s", "step_memory_s", "step_compute_s",
+                                          "step_interconnect_s")}
+    fit_batch = cols["fit_batch"].tolist()
     max_conc = [int(v) for v in num["max_concurrency"].tolist()]
     overloaded = [bool(v) for v in num["overloaded"].tolist()]
     learned = num["server_learned"].tolist()
     not_finite = num["not_finite"].tolist()
-    fit = ttft_fit.of(bundle)
-    factor_of: dict[int, tuple[Any, ...]] = {}  # id(gpu) → (power 80 % factor, ITL's, calibration summary, gpu)
-    m = len(rows)
-    method: list[str] = [""] * m
-    idle_w: list[Any] = [None] * m
-    idle_src: list[Any] = [None] * m
+    tdp = np.array([g.tdp_w for g in gpus], dtype=np.float64)
+    own = results.own_warning_rows(wls, num["overloaded"], num["utilization"], cols["fit_batch"],
+                                   num["raw_power_w"], tdp, mix_of).tolist()
+    factor_of: dict[int, tuple[Any, ...]] = {}  # id(gpu) → (index in `factors`, gpu)
+    factors: list[tuple[Any, ...]] = []  # per GPU: (power 80 % factor, ITL's, calibration summary)
+    joined: dict[int, tuple[tuple[str, ...], str]] = {}  # id(set-up warnings) → (them, joined)
+    gpu_at = np.zeros(m, dtype=np.intp)
     warnings: list[str] = [""] * m
-    calib: list[str] = [""] * m
-    bound: list[str] = [""] * m
-    iv: list[list[Any]] = [[None] * m for _ in range(6)]  # power, ITL and TTFT 80 % low/high
-    ttft: list[Any] = [None] * m
-    e2e: list[Any] = [None] * m
     for k, row in enumerate(rows):
         if not_finite[k]:
             out[good[k]] = not_finite_error(row)
             continue
-        gpu, _, wl = row
-        mix = mix_of.get(k)
+        gpu, llm, wl = row
         try:
-            warnings[k] = " | ".join(results.row_warnings(
-                bundle, row, memo, mix, overloaded[k], lists["max_qps"][k], int(col["fit_batch"][k]), max_conc[k],
-                lists["utilization"][k], lists["raw_power_w"][k]))
+            if own[k]:
+                warnings[k] = " | ".join(results.row_warnings(
+                    bundle, row, memo, mix_of.get(k), overloaded[k], lists["max_qps"][k], int(fit_batch[k]),
+                    max_conc[k], lists["utilization"][k], lists["raw_power_w"][k]))
+            else:  # the set-up's warnings alone (own_warning_rows)
+                base = memo.setup_warnings(bundle, gpu, llm, wl)
+                hit = joined.get(id(base))
+                if hit is None or hit[0] is not base:
+                    hit = joined[id(base)] = (base, " | ".join(base))
+                warnings[k] = hit[1]
             f = factor_of.get(id(gpu))
-            if f is None or f[3] is not gpu:
-                factors, calibrated = results.gpu_factors(bundle, gpu, memo)
-                f = factor_of[id(gpu)] = (_level80(factors.get(POWER, ())), _level80(factors.get(ITL, ())),
-                                          "" if calibrated is None else calibrated["summary"], gpu)
+            if f is None or f[1] is not gpu:
+                per_target, calibrated = results.gpu_factors(bundle, gpu, memo)
+                factors.append((_level80(per_target.get(POWER, ())), _level80(per_target.get(ITL, ())),
+                                "" if calibrated is None else calibrated["summary"]))
+                f = factor_of[id(gpu)] = (len(factors) - 1, gpu)
+            gpu_at[k] = f[0]
         except WattGPUError as exc:
             out[good[k]] = exc
-            continue
+    method = ["learned (server rows in training)" if v else "learned" for v in learned]
+    idle_w: list[Any] = [None] * m
+    idle_src: list[Any] = [None] * m
+    roof = cols["roofline_itl_s"].copy()
+    for k, mix in mix_of.items():
         method[k] = results.power_method(mix, learned[k])
-        if mix is not None:
-            idle_w[k], idle_src[k] = mix["idle_w"], mix["idle_source"]
-        calib[k] = f[2]
-        power, itl = lists["power_w"][k], lists["itl_s"][k]
-        idle_col = col["idle_power_w"][k]
-        roof = col["roofline_itl_s"][k] if mix is None else mix["roofline_itl_s"]
-        iv[0][k], iv[1][k] = _pair(intervals(f[0], power, cap=gpu.tdp_w, floor=min(power, idle_col)))
-        iv[2][k], iv[3][k] = _pair(intervals(f[1], itl, floor=min(itl, roof)))
-        ttft[k], e2e[k] = results._finite(lists["ttft_s"][k]), results._finite(lists["e2e_latency_s"][k])
-        iv[4][k], iv[5][k] = _pair(results.ttft_intervals(fit, ttft[k], lists["prefill_roofline_s"][k], wl.burst))
-        bound[k] = latency.bound(lists["step_memory_s"][k], lists["step_compute_s"][k],
-                                 lists["step_interconnect_s"][k])["kind"]
+        idle_w[k], idle_src[k] = mix["idle_w"], mix["idle_source"]
+        roof[k] = mix["roofline_itl_s"]
+    calib = [factors[i][2] for i in gpu_at.tolist()] if factors else [""] * m
+    nan2 = (math.nan, math.nan)
+    power_f = np.array([f[0] or nan2 for f in factors] or [nan2], dtype=np.float64)[gpu_at]
+    itl_f = np.array([f[1] or nan2 for f in factors] or [nan2], dtype=np.float64)[gpu_at]
+    has_power = np.array([f[0] is not None for f in factors] or [False])[gpu_at]
+    has_itl = np.array([f[1] is not None for f in factors] or [False])[gpu_at]
+    power, itl = num["power_w"], num["itl_s"]
+    tdp_text = {id(g): text(g.tdp_w) for g in gpus}
+    iv: list[list[str]] = [*_interval_cells(power, power_f, has_power, _lesser(power, cols["idle_power_w"]),
+                                            cap=tdp, cap_text=[tdp_text[id(g)] for g in gpus]),
+                           *_interval_cells(itl, itl_f, has_itl, _lesser(itl, roof))]
+    ttft_ok = np.isfinite(num["ttft_s"])
+    ttft = [v if ok else None for v, ok in zip(lists["ttft_s"], ttft_ok.tolist())]
+    e2e = [v if math.isfinite(v) else None for v in lists["e2e_latency_s"]]
+    fit = ttft_fit.of(bundle)
+    has_ttft = ttft_ok & record.is_level80(fit.level)
+    ttft_f = np.array([fit.factors(w.burst) or nan2 for w in wls], dtype=np.float64).reshape(m, 2)
+    has_ttft &= ~np.isnan(ttft_f[:, 0])
+    iv += _interval_cells(num["ttft_s"], ttft_f, has_ttft, _lesser(num["ttft_s"], num["prefill_roofline_s"]))
+    bound = _bound_kinds(lists["step_memory_s"], lists["step_compute_s"], lists["step_interconnect_s"])
     tp = [w.tp for _, _, w in rows]
     with np.errstate(all="ignore"):  # rows that are not finite are errors; their numbers are not written
         total = num["power_w"] * np.array(tp, dtype=np.float64)  # Prediction.total_power_w: power_w × tp
@@ -143,11 +200,9 @@ def answer_cells(ev: Any, prices: Prices) -> list[tuple[str, ...] | WattGPUError
         "power_w": _floats(lists["power_w"]), "tp": _texts(tp), "total_power_w": _floats(total.tolist()),
         "allreduce_s_per_step": _floats(cols["comm_s"].tolist()), "itl_s": _floats(lists["itl_s"]),
         "power_method": _strings(method), "idle_power_w": _texts(idle_w), "idle_power_source": _texts(idle_src),
-        "power_80_low": _texts(iv[0]), "power_80_high": _texts(iv[1]), "itl_80_low": _texts(iv[2]),
-        "itl_80_high": _texts(iv[3]), "max_qps": _floats(lists["max_qps"]),
+        "power_80_low": iv[0], "power_80_high": iv[1], "itl_80_low": iv[2], "itl_80_high": iv[3], "max_qps": _floats(lists["max_qps"]),
         "utilization": _floats(lists["utilization"]), "max_concurrency": _texts(max_conc),
-        "overloaded": _texts(overloaded), "ttft_s": _texts(ttft), "ttft_80_low": _texts(iv[4]),
-        "ttft_80_high": _texts(iv[5]), "e2e_latency_s": _texts(e2e), "bound": _strings(bound),
+        "overloaded": _texts(overloaded), "ttft_s": _texts(ttft), "ttft_80_low": iv[4], "ttft_80_high": iv[5], "e2e_latency_s": _texts(e2e), "bound": _strings(bound),
         "warnings": _strings(warnings), "calibration": _strings(calib)}
     for name in ("system_s_per_token", "throughput_tok_s", "energy_per_token_j", "energy_per_request_j",
                  "effective_batch", "busy_fraction"):

@@ -10,6 +10,18 @@ class WattGPUError(Exception):
 
     exit_code: int = 2
 
+    def __reduce__(self) -> tuple[object, ...]:
+        """Pickled as its message arguments and attributes, without calling the subclass's ``__init__`` (whose
+        parameters differ from ``args``), so an error crosses a process boundary as it is (the CSV's worker
+        processes, :mod:`wattgpu.csv_workers`)."""
+        return (_restore, (type(self), self.args, self.__dict__))
+
+
+def _restore(cls: type[WattGPUError], args: tuple[object, ...], state: dict[str, object]) -> WattGPUError:
+    exc = cls.__new__(cls, *args)  # BaseException.__new__ keeps ``args``; no __init__ runs
+    exc.__dict__.update(state)
+    return exc
+
 
 # `wattgpu rank` found no GPU that qualifies (every one excluded): the answer is printed, then this status.
 NO_CANDIDATE_EXIT = 4

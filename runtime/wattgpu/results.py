@@ -355,6 +355,24 @@ def row_warnings(bundle: ModelBundle, row: Row, memo: "RowMemo", mix: dict[str, 
     return warnings
 
 
+def own_warning_rows(wls: Sequence[Any], overloaded: np.ndarray, utilization: np.ndarray, fit_batch: np.ndarray,
+                     raw_power_w: np.ndarray, tdp_w: np.ndarray, mixes: Mapping[int, Any]) -> np.ndarray:
+    """Per row (workloads ``wls``, the table's numbers): whether :func:`row_warnings` may add a warning of the row's
+    own to its set-up's (:meth:`RowMemo.setup_warnings`): overloaded, a saturated closed loop, a concurrency above
+    the sequences that fit, a Poisson server's solve (``mixes``: row → its state) or a power above TDP. Where it is
+    false the row's warnings are its set-up's alone (tests/test_csv_table.py holds the two equal)."""
+    n = len(wls)
+    closed = np.fromiter((w.kind == "closed_loop" for w in wls), dtype=bool, count=n)
+    conc = np.fromiter((math.nan if w.concurrency is None else w.concurrency for w in wls), dtype=np.float64, count=n)
+    fit = np.fmax(np.trunc(fit_batch), 1.0)
+    with np.errstate(invalid="ignore"):
+        own = overloaded.astype(bool) | (closed & (utilization >= 1.0)) | (conc > fit) | (raw_power_w > tdp_w)
+    own |= ~np.isfinite(fit_batch)  # (the row path reads int(fit_batch): left to it)
+    if mixes:
+        own[list(mixes)] = True
+    return own
+
+
 def power_method(mix: dict[str, Any] | None, server_learned: bool) -> str:
     """How a row's mean power was obtained: learned, or a Poisson server's idle/busy mix (``mix``)."""
     if mix is not None:

@@ -194,3 +194,28 @@ def test_lines_are_what_csv_writer_writes() -> None:
             buf = io.StringIO()
             csv.writer(buf).writerow(part)
             assert batch._line(part, quote) == buf.getvalue()
+
+
+def test_rows_without_warnings_of_their_own(pred: Predictor, tmp_path: Path) -> None:
+    """Where results.own_warning_rows is false, a row's warnings are its set-up's alone (answer_cells writes those
+    without asking row_warnings); on varied rows of every kind, and the mask is not trivially all true."""
+    from wattgpu import results
+
+    src = tmp_path / "in.csv"
+    src.write_text("\n".join(many_rows(pred, 600, seed=5)) + "\n", encoding="utf-8")
+    triples = [t for _, _, t in batch.resolve_rows(str(src), predictor=pred) if isinstance(t, tuple)]
+    ev = pred.evaluate_rows(triples)
+    good = sorted(ev.slot, key=ev.slot.__getitem__)
+    rows = [ev.triples[i] for i in good]
+    num, cols = ev.numbers, ev.cols
+    own = results.own_warning_rows([w for _, _, w in rows], num["overloaded"], num["utilization"], cols["fit_batch"],
+                                   num["raw_power_w"], np.array([g.tdp_w for g, _, _ in rows]), ev.mix)
+    assert 0 < own.sum() < len(rows)
+    memo = results.memo_for(pred.bundle)
+    for k, row in enumerate(rows):
+        whole = results.row_warnings(pred.bundle, row, memo, ev.mix.get(k), bool(num["overloaded"][k]),
+                                     float(num["max_qps"][k]), int(cols["fit_batch"][k]),
+                                     int(num["max_concurrency"][k]), float(num["utilization"][k]),
+                                     float(num["raw_power_w"][k]))
+        if not own[k]:
+            assert whole == list(memo.setup_warnings(pred.bundle, *row)), row

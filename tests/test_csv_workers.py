@@ -201,3 +201,30 @@ def test_the_cli_on_workers_writes_what_one_process_writes(pred: Predictor, tmp_
         got.append((r.returncode, r.stderr.replace(str(dst), "OUT"), dst.read_bytes()))
     assert got[0] == got[1]
     assert got[0][0] == 1 and "skipped" in got[0][1]
+
+
+def test_hostile_cells_and_relative_spec_files_over_workers(pred: Predictor, tmp_path: Path, monkeypatch: Any) -> None:
+    """Cells that are not numbers, out of range, device files, a GPU spec file named relative to the working
+    directory (the workers run where the caller runs): the same bytes on workers as in one process."""
+    import json
+
+    gpu = dict(vars(pred.resolve_gpu("NVIDIA A30")), name="What-if A30")
+    (tmp_path / "whatif.json").write_text(json.dumps({k: v for k, v in gpu.items() if v is not None}))
+    monkeypatch.chdir(tmp_path)
+    head = "llm,gpu,workload,qps,max_batch,input_tokens,output_tokens,gpu_memory_utilization,engine"
+    bad = [("max_batch", "nan"), ("max_batch", "inf"), ("input_tokens", "1e400"), ("output_tokens", "-5"),
+           ("qps", "nan"), ("gpu_memory_utilization", "2"), ("engine", "llama.cpp"), ("workload", "burst"),
+           ("gpu", "/dev/zero"), ("gpu", "whatif.json"), ("gpu", "./whatif.json"), ("llm", ""), ("gpu", "Nope"),
+           ("qps", "1e-320"), ("max_batch", "65536")]
+    lines = [head]
+    for i in range(90):
+        cells = dict.fromkeys(head.split(","), "")
+        cells.update(llm=LLM, gpu="NVIDIA A30")
+        col, val = bad[i % len(bad)]
+        cells[col] = val
+        if col == "qps":
+            cells["workload"] = "server"
+        lines.append(",".join(cells.values()))
+    one = run(pred, tmp_path, lines, 1, 8, "one")
+    assert run(pred, tmp_path, lines, 3, 8, "many") == one
+    assert b"What-if A30" in one[0] and one[2].skipped > 0

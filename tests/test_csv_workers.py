@@ -113,7 +113,7 @@ def test_a_worker_that_stops_hands_its_rows_back(pred: Predictor, tmp_path: Path
 def test_a_worker_that_cannot_be_started(pred: Predictor, tmp_path: Path, monkeypatch: Any) -> None:
     lines = [HEAD] + [ROWS[i % len(ROWS)] for i in range(30)]
     one = run(pred, tmp_path, lines, 1, 8, "one")
-    monkeypatch.setattr(csv_workers.sys, "executable", str(tmp_path / "no-such-python"))
+    monkeypatch.setattr(csv_workers.sys, "executable", str(tmp_path / "python3-not-installed"))
     many = run(pred, tmp_path, lines, 2, 8, "many")
     assert many[:3] == one[:3]
     assert any("cannot start a worker process" in m for m in many[3])
@@ -140,18 +140,21 @@ class _Spy:
         raise AssertionError("a worker process was started")
 
 
-@pytest.mark.parametrize("how", ["workers=1", "env", "one chunk", "subclass"])
+@pytest.mark.parametrize("how", ["workers=1", "default", "env", "one chunk", "subclass", "embedded"])
 def test_one_process(pred: Predictor, tmp_path: Path, monkeypatch: Any, how: str) -> None:
+    """One process: when asked, by default in Python (the CLI asks for the CPUs), for a file of one chunk, for a
+    predictor that cannot be rebuilt, and where sys.executable is an application embedding Python."""
     monkeypatch.setattr(csv_workers.subprocess, "Popen", _Spy)
     lines = [HEAD] + [ROWS[i % len(ROWS)] for i in range(8 if how == "one chunk" else 40)]
-    workers = 1 if how == "workers=1" else None
-    if how == "env":
-        monkeypatch.setenv("WATTGPU_THREADS", "1")
-    else:
-        monkeypatch.setenv("WATTGPU_THREADS", "4")
+    monkeypatch.setenv("WATTGPU_THREADS", "1" if how == "env" else "4")
+    if how == "embedded":
+        monkeypatch.setattr(csv_workers.sys, "executable", "/usr/bin/uwsgi")
     p = type("Mine", (Predictor,), {})() if how == "subclass" else pred
-    out = run(p, tmp_path, lines, workers, 8, how)  # type: ignore[arg-type]
-    assert out[2].rows_read == len(lines) - 1
+    src = tmp_path / "in.csv"
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    kw = {} if how == "default" else {"workers": 1 if how == "workers=1" else None}
+    summary = batch.predict_csv(str(src), str(tmp_path / "out.csv"), predictor=p, chunk=8, lenient=True, **kw)
+    assert summary.rows_read == len(lines) - 1
 
 
 @pytest.mark.parametrize("bad", [0, -1, True, 2.0, "2", 2000])

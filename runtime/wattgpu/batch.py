@@ -460,7 +460,7 @@ def predict_csv(in_path: str, out_path: str, on_error: str = "skip", defaults: W
                 prices: Prices = (None, None, 1.0, None), predictor: Any = None,
                 report: Callable[[str], None] = lambda msg: None, chunk: int = CHUNK_ROWS,
                 errors_path: str | None = None, report_limit: int | None = None, lenient: bool = False,
-                examples: dict[str, str] | None = None, workers: int | None = None) -> BatchSummary:
+                examples: dict[str, str] | None = None, workers: int | None = 1) -> BatchSummary:
     """Predict every row of ``in_path`` into ``out_path`` (``"-"``: standard output), streaming; returns a
     :class:`BatchSummary` (which also unpacks as ``(rows predicted, rows skipped)``).
 
@@ -473,8 +473,9 @@ def predict_csv(in_path: str, out_path: str, on_error: str = "skip", defaults: W
     rest). ``errors_path``: also write every skipped row as CSV (``line, column, reason, error``).
     ``examples``: filled with the first skipped row of each reason (reason → message). ``lenient``: an
     unknown header column is a warning (``report``), not an error (:func:`check_columns`). ``workers``: processes
-    answering a file of more than ``chunk`` rows (:mod:`wattgpu.csv_workers`; the same bytes): None for
-    ``$WATTGPU_THREADS``, else the CPUs this process may use (at most 8); 1 for this process alone.
+    answering a file of more than ``chunk`` rows (:mod:`wattgpu.csv_workers`; the same bytes): 1 (the default) for
+    this process alone, None for ``$WATTGPU_THREADS``, else the CPUs this process may use (at most 8; what
+    ``wattgpu predict --input`` uses), or a count.
     """
     from .energy import check_prices
 

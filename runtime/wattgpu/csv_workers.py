@@ -10,8 +10,10 @@ from the caller's own wattgpu) rebuilds the same Predictor (bundle directory, ca
 as the caller would, through one stream over all of them (``make``: :func:`wattgpu.batch._predict_stream` with
 :func:`wattgpu.batch.csv_answers`). A row's answer depends on the row alone, so the bytes are the same.
 
-Used when the file has more than one chunk, ``n`` is 2 or more (``$WATTGPU_THREADS=1``: one process) and the
-predictor can be rebuilt (a :class:`~wattgpu.predictor.Predictor` itself, not a subclass). Messages are pickles
+Used by ``wattgpu predict --input`` (and ``predict_csv(workers=None)`` or a count: the Python function keeps to
+its own process by default) when the file has more than one chunk, ``n`` is 2 or more (``$WATTGPU_THREADS=1``:
+one process), the predictor can be rebuilt (a :class:`~wattgpu.predictor.Predictor` itself, not a subclass) and
+``sys.executable`` is a Python interpreter (not an application embedding Python). Messages are pickles
 framed by their length on the workers' standard input and output (errors cross as they are:
 ``WattGPUError.__reduce__``). A worker that cannot start or stops without an answer is no row's fault: its
 chunks and the rest run in the calling process, and ``report`` says so once. An error the whole run stops on
@@ -108,7 +110,7 @@ def _setup(pred: Any, defaults: Any, chunk: int, prices: Any) -> bytes | None:
     started again (a frozen application)."""
     from .predictor import Predictor
 
-    if type(pred) is not Predictor or getattr(sys, "frozen", False) or not sys.executable:
+    if type(pred) is not Predictor or getattr(sys, "frozen", False) or not _is_python(sys.executable):
         return None
     path = pred.bundle.path
     try:
@@ -117,6 +119,12 @@ def _setup(pred: Any, defaults: Any, chunk: int, prices: Any) -> bytes | None:
                             protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:  # an object in a user catalog that does not pickle: one process
         return None
+
+
+def _is_python(executable: str) -> bool:
+    """Whether ``executable`` is a Python interpreter by its name (``python3.11``, ``python.exe``, ``pypy3``): an
+    application embedding Python (a server, a 3D tool) names its own binary there, which must not be started."""
+    return os.path.basename(executable or "").lower().startswith(("python", "pypy"))
 
 
 def _frame(data: bytes) -> bytes:

@@ -69,7 +69,7 @@ def predict(llm: str | None, gpu: str | None, as_json: bool, usd_per_kwh: float 
         summary = predict_csv(input_csv, output_csv, on_error=on_error, defaults=make_workload(**wl),
                               prices=(usd_per_kwh, gco2_per_kwh, pue, usd_per_gpu_hour), predictor=_predictor(models),
                               report=report, errors_path=errors_csv, report_limit=SHOWN_ROW_ERRORS,
-                              lenient=lenient, examples=examples)
+                              lenient=lenient, examples=examples, workers=None)  # the CPUs: wattgpu.csv_workers
         _print_skipped(summary, examples, shown, errors_csv)
         click.echo(f"wrote {'standard output' if output_csv == '-' else output_csv}: {summary.line()}", err=True)
         if errors_csv is not None:

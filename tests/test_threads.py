@@ -121,3 +121,17 @@ def test_cli_names_a_malformed_thread_count() -> None:
                        env={**os.environ, "WATTGPU_THREADS": "lots"})
     assert r.returncode == 2, r.stderr
     assert r.stderr.startswith("error:") and "$WATTGPU_THREADS" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_the_cpus_are_those_the_process_may_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Affinity (a container's cpuset, taskset), not the machine's count: the threads, the CSV's worker processes
+    and the service's request threads follow it."""
+    from wattgpu.service import asgi
+
+    if not hasattr(threads.os, "sched_getaffinity"):
+        pytest.skip("no CPU affinity on this OS")
+    monkeypatch.setattr(threads.os, "cpu_count", lambda: 64)
+    for cpus, want in (({0}, 2), ({0, 1, 2}, 3), (set(range(40)), 8)):
+        monkeypatch.setattr(threads.os, "sched_getaffinity", lambda pid, c=cpus: c)
+        assert threads.available_cpus() == len(cpus)
+        assert asgi.default_workers() == want

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
@@ -28,6 +27,7 @@ from starlette.routing import Route
 from .. import questions as Q
 from ..answers import batch_answer, llms_answer, predict_answer, predict_in_chunks, rank_result
 from ..errors import ConfigFileError, WattGPUError
+from ..threads import available_cpus
 from . import inputs as I
 from .inputs import ApiError
 
@@ -37,7 +37,15 @@ BODY_TIMEOUT_S = 10.0  # the whole body, from the end of the headers
 MAX_UPLOADS = 1024  # bodies being read at once
 UPLOAD_SHARE = 512  # of which from one client address
 BATCH_CHUNK = 1000  # batch rows predicted between two cancellation checks
-WORKERS = max(2, min(8, (os.cpu_count() or 2)))
+
+
+def default_workers() -> int:
+    """Request threads by default: the CPUs this process may use (its affinity: a container's cpuset, ``taskset``;
+    not the machine's count), at least 2 and at most 8."""
+    return max(2, min(8, available_cpus()))
+
+
+WORKERS = default_workers()
 STATIC = {"app.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
 
 

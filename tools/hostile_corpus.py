@@ -110,6 +110,8 @@ def make_fixtures(d: Path) -> dict[str, str]:
         lines.append(",".join(cells.values()))
     lines.append(f"{LLM},NVIDIA A30,,,,,,,")
     (d / "mixed.csv").write_text("\n".join(lines) + "\n")
+    # more than one chunk (4,096 rows): the CLI answers it on worker processes (wattgpu.csv_workers)
+    (d / "bigmixed.csv").write_text("\n".join(lines[:1] + lines[1:] * 400) + "\n")
     (d / "allbad.csv").write_text("llm,gpu\nx,y\n,A30\n")
     make_new_surface_fixtures(d)
     out = {p.name: str(p) for p in d.iterdir()}
@@ -546,11 +548,11 @@ def build_cases(fx: dict[str, str]) -> list[Case]:
                           must_fail=True, expect=("max_itl_ms", "--max-itl-ms", "--sort", "plot", "--plot", "dir",
                                                   "fifo", "full", ".svg", "blank path", "empty path")))
     # a few through real processes (exit status, stderr, no hang at process level)
-    for p in ("fifo", "devzero", "long", "binary.csv", "mixed.csv", "ok.csv"):
+    for p in ("fifo", "devzero", "long", "binary.csv", "mixed.csv", "bigmixed.csv", "ok.csv"):
         cases.append(Case(f"process --input {p}", argv=["predict", "--input", fx.get(p, p), "--output", out_csv],
-                          subprocess=True, must_fail=p not in ("mixed.csv", "ok.csv"),
+                          subprocess=True, must_fail=p not in ("mixed.csv", "bigmixed.csv", "ok.csv"),
                           expect=(os.path.basename(fx.get(p, p))[:30],),
-                          tags={"batch_exit": {"mixed.csv": 1, "ok.csv": 0}.get(p)}))
+                          tags={"batch_exit": {"mixed.csv": 1, "bigmixed.csv": 1, "ok.csv": 0}.get(p)}))
     for argv in (["predict", "--llm", LLM, "--gpu", "A30", "--max-batch", "nan"],
                  ["predict", "--llm", LLM, "--gpu", fx["fifo"]], ["rank", "--llm", LLM, "--gpus", "A30"]):
         cases.append(Case(f"process {' '.join(argv[:5])[:40]}", argv=argv, subprocess=True,

@@ -517,8 +517,7 @@ def predict_csv(in_path: str, out_path: str, on_error: str = "skip", defaults: W
                 from .predictor import default_predictor
 
                 pred, wl = predictor or default_predictor(), defaults or Workload()
-                stream = answer_stream(rows, _csv_stream(pred, wl, chunk, prices), pred, wl, chunk, prices, report,
-                                       workers)
+                stream = answer_stream(rows, _csv_stream, pred, wl, chunk, prices, report, workers)
                 reporter = _Reporter(report, report_limit, err_fo, examples)
                 if to_stdout:  # streamed as it is predicted: with on_error="stop", rows before the bad one are out
                     _write_rows(sys.stdout, fields, stream, on_error, prices, reporter, summary)
@@ -561,13 +560,11 @@ def _csv_stream(pred: Any, defaults: Workload, chunk: int, prices: Prices
 
 
 def csv_worker() -> None:
-    """A worker process of :mod:`wattgpu.csv_workers` (started by it): the caller's Predictor rebuilt from the
-    set-up it sends (bundle directory, catalog), then its chunks answered as :func:`predict_csv` answers them."""
+    """A worker process of :mod:`wattgpu.csv_workers` (started by it): its chunks answered as :func:`predict_csv`
+    answers them."""
     from .csv_workers import serve
-    from .predictor import Predictor
 
-    serve(lambda setup: _csv_stream(Predictor(setup["models"], setup["catalog"]), setup["defaults"], setup["chunk"],
-                                    setup["prices"]))
+    serve(_csv_stream)
 
 
 ERROR_COLUMNS = ("line", "column", "reason", "error")

@@ -7,7 +7,8 @@ with ``n`` = :func:`wattgpu.threads.thread_count` processes in all, the calling 
 the chunks in turn to itself (the first, while the workers start) and to ``n - 1`` worker processes, and writes
 every chunk's answers in file order. A worker (``python -c BOOT``, running :func:`wattgpu.batch.csv_worker`
 from the caller's own wattgpu) rebuilds the same Predictor (bundle directory, catalog) and answers its chunks
-as the caller would, through one stream over all of them (``make``: :func:`wattgpu.batch._predict_stream` with
+as the caller would, through one stream over all of them (``make(pred, defaults, chunk, prices)``:
+:func:`wattgpu.batch._predict_stream` with
 :func:`wattgpu.batch.csv_answers`). A row's answer depends on the row alone, so the bytes are the same.
 
 Used by ``wattgpu predict --input`` (and ``predict_csv(workers=None)`` or a count: the Python function keeps to
@@ -38,6 +39,7 @@ from .errors import WattGPUError
 Row = tuple[int, dict[str, str], Any]  # (line, cells by column, structural problem or None) as read
 Answered = tuple[int, dict[str, str], Any]  # (line, cells by column, answer: CSV cells or a RowError)
 Stream = Callable[[Iterator[Row]], Iterator[Answered]]  # rows → their answers, in order
+Make = Callable[[Any, Any, int, Any], Stream]  # (predictor, default workload, chunk, prices) → a Stream
 _LENGTH = struct.Struct("<Q")
 WORKERS_ENV = {"WATTGPU_THREADS": "1"}  # each worker one thread: the processes are the parallelism
 
@@ -46,42 +48,44 @@ class WorkerFailed(Exception):
     """A worker process stopped, or could not be reached, before it answered."""
 
 
-def stream(rows: Iterator[Row], make: Stream, pred: Any, defaults: Any, chunk: int, prices: Any,
+def stream(rows: Iterator[Row], make: Make, pred: Any, defaults: Any, chunk: int, prices: Any,
            report: Callable[[str], None] = lambda msg: None, workers: int | None = None) -> Iterator[Answered]:
-    """``make(rows)`` (:func:`wattgpu.batch._predict_stream` with :func:`wattgpu.batch.csv_answers`: each row as
+    """``make(pred, defaults, chunk, prices)(rows)`` (:func:`wattgpu.batch._csv_stream`: each row as
     ``(line, cells, answer | RowError)``), in file order; on ``workers`` processes in all (None:
-    :func:`wattgpu.threads.thread_count`), this one included, when the file has more than one chunk. ``pred``,
-    ``defaults``, ``chunk`` and ``prices`` are what ``make`` answers with (a worker rebuilds it from them)."""
+    :func:`wattgpu.threads.thread_count`), this one included, when the file has more than one chunk (each worker
+    calls the same ``make`` with the Predictor rebuilt, :func:`serve`)."""
     from .threads import thread_count
+
+    answer = make(pred, defaults, chunk, prices)
 
     first = list(islice(rows, chunk))
     more = list(islice(rows, chunk))
     n = thread_count() if workers is None else workers
     setup = _setup(pred, defaults, chunk, prices) if more and n >= 2 else None
     if setup is None:
-        yield from make(chain(first, more, rows))
+        yield from answer(chain(first, more, rows))
         return
     pool = _Pool(setup, n - 1)
     chunks = _chunks(chain(first, more, rows), chunk)
     try:
-        yield from pool.run(chunks, _Answerer(make, chunk))
+        yield from pool.run(chunks, _Answerer(answer, chunk))
     except WorkerFailed as exc:
         report(f"warning: CSV worker processes stopped ({exc}); the remaining rows run in this process")
         rest = chain.from_iterable(pool.unanswered)
         pool.close()
-        yield from make(chain(rest, chain.from_iterable(chunks)))
+        yield from answer(chain(rest, chain.from_iterable(chunks)))
     finally:
         pool.close()
 
 
 class _Answerer:
-    """One stream (``make``) over chunks handed over one at a time (its name and answer caches kept across
+    """One stream (``answer``) over chunks handed over one at a time (its name and answer caches kept across
     them): a chunk of ``chunk`` rows is answered as soon as it is handed over (the stream answers every
     ``chunk`` rows), a shorter one (the file's last) ends the stream."""
 
-    def __init__(self, make: Stream, chunk: int) -> None:
+    def __init__(self, answer: Stream, chunk: int) -> None:
         self.chunk, self.inbox, self.ended = chunk, deque[list[Row]](), False
-        self.out = make(self._feed())
+        self.out = answer(self._feed())
 
     def _feed(self) -> Iterator[Row]:
         while self.inbox:
@@ -304,7 +308,7 @@ class _Pool:
 
 
 # ---------------------------------------------------------------- the worker process
-def serve(make: Callable[[dict[str, Any]], Stream]) -> None:
+def serve(make: Make) -> None:
     """A worker process's life (:func:`wattgpu.batch.csv_worker`): read the set-up, then answer the chunks on
     standard input until it ends, one message of answers per chunk on standard output. Anything else written to
     standard output goes to standard error, so it cannot break a message."""
@@ -322,7 +326,9 @@ def serve(make: Callable[[dict[str, Any]], Stream]) -> None:
             pass
 
 
-def _serve(inp: IO[bytes], out: IO[bytes], make: Callable[[dict[str, Any]], Stream]) -> None:
+def _serve(inp: IO[bytes], out: IO[bytes], make: Make) -> None:
+    from .predictor import Predictor
+
     def put(kind: str, value: Any) -> None:
         out.write(_frame(pickle.dumps((kind, value), protocol=pickle.HIGHEST_PROTOCOL)))
         out.flush()
@@ -332,7 +338,8 @@ def _serve(inp: IO[bytes], out: IO[bytes], make: Callable[[dict[str, Any]], Stre
         return
     try:
         setup = pickle.loads(data)
-        local = _Answerer(make(setup), setup["chunk"])
+        pred = Predictor(setup["models"], setup["catalog"])
+        local = _Answerer(make(pred, setup["defaults"], setup["chunk"], setup["prices"]), setup["chunk"])
         while True:
             msg = _read(inp)
             if msg is None:

@@ -16,7 +16,7 @@ import numpy as np
 
 from .serving import latency
 from . import record, results, ttft_fit
-from .checks import not_finite_error
+from .checks import interval_ends, not_finite_error
 from .energy import Prices, energy_figures
 from .errors import WattGPUError
 from .targets import ITL, POWER
@@ -67,19 +67,11 @@ def _level80(factors: Sequence[tuple[float, float, float]]) -> tuple[float, floa
 
 
 def _interval_cells(value: np.ndarray, factor: np.ndarray, has: np.ndarray, floor: np.ndarray,
-                    cap: np.ndarray | None = None, cap_text: Sequence[str] | None = None) -> tuple[list[str], list[str]]:
-    """The 80 % interval columns (low, high) of :func:`wattgpu.checks.intervals` around ``value`` per row: the
-    factors ``factor`` (rows × (low, high)), the low end at least ``floor``, the high end at most ``cap`` (written
-    as ``cap_text``, the cap's own cell); empty where a row has no 80 % factor (``has`` false). The same
-    products and comparisons as the scalar function, so the same numbers."""
-    with np.errstate(invalid="ignore", over="ignore"):
-        low = value * factor[:, 0]
-        low = np.where(floor > low, floor, low)
-        high = value * factor[:, 1]
+                    cap: np.ndarray | None = None) -> tuple[list[str], list[str]]:
+    """The 80 % interval columns (low, high) of :func:`wattgpu.checks.interval_ends` as text: ``factor`` is rows ×
+    (low, high); empty where a row has no 80 % factor (``has`` false)."""
+    low, high = interval_ends(value, factor[:, 0], factor[:, 1], floor, cap)
     lows, highs = _floats(low.tolist()), _floats(high.tolist())
-    if cap is not None and cap_text is not None:
-        for k in np.flatnonzero(cap < high).tolist():
-            highs[k] = cap_text[k]
     for k in np.flatnonzero(~has).tolist():
         lows[k] = highs[k] = ""
     return lows, highs
@@ -88,18 +80,6 @@ def _interval_cells(value: np.ndarray, factor: np.ndarray, has: np.ndarray, floo
 def _lesser(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``min(a, b)`` per row, as Python's min picks: ``b`` only where ``b < a``."""
     return np.where(b < a, b, a)
-
-
-def _bound_kinds(mem: list[float], flop: list[float], comm: list[float]) -> list[str]:
-    """:func:`wattgpu.serving.latency.bound`'s ``kind`` per row: the first largest part; rows with a part that is
-    not finite go through the function itself."""
-    a, b, c = (np.asarray(x, dtype=np.float64) for x in (mem, flop, comm))
-    k = np.where(b > a, 1, 0)
-    k = np.where(c > np.where(k == 1, b, a), 2, k)
-    kinds = [latency.BOUNDS[i] for i in k.tolist()]
-    for i in np.flatnonzero(~(np.isfinite(a) & np.isfinite(b) & np.isfinite(c))).tolist():
-        kinds[i] = latency.bound(mem[i], flop[i], comm[i])["kind"]
-    return kinds
 
 
 def answer_cells(ev: Any, prices: Prices) -> list[tuple[str, ...] | WattGPUError]:
@@ -176,9 +156,7 @@ def answer_cells(ev: Any, prices: Prices) -> list[tuple[str, ...] | WattGPUError
     has_power = np.array([f[0] is not None for f in factors] or [False])[gpu_at]
     has_itl = np.array([f[1] is not None for f in factors] or [False])[gpu_at]
     power, itl = num["power_w"], num["itl_s"]
-    tdp_text = {id(g): text(g.tdp_w) for g in gpus}
-    iv: list[list[str]] = [*_interval_cells(power, power_f, has_power, _lesser(power, cols["idle_power_w"]),
-                                            cap=tdp, cap_text=[tdp_text[id(g)] for g in gpus]),
+    iv: list[list[str]] = [*_interval_cells(power, power_f, has_power, _lesser(power, cols["idle_power_w"]), cap=tdp),
                            *_interval_cells(itl, itl_f, has_itl, _lesser(itl, roof))]
     ttft_ok = np.isfinite(num["ttft_s"])
     ttft = [v if ok else None for v, ok in zip(lists["ttft_s"], ttft_ok.tolist())]
@@ -188,7 +166,7 @@ def answer_cells(ev: Any, prices: Prices) -> list[tuple[str, ...] | WattGPUError
     ttft_f = np.array([fit.factors(w.burst) or nan2 for w in wls], dtype=np.float64).reshape(m, 2)
     has_ttft &= ~np.isnan(ttft_f[:, 0])
     iv += _interval_cells(num["ttft_s"], ttft_f, has_ttft, _lesser(num["ttft_s"], num["prefill_roofline_s"]))
-    bound = _bound_kinds(lists["step_memory_s"], lists["step_compute_s"], lists["step_interconnect_s"])
+    bound = latency.bound_kinds(lists["step_memory_s"], lists["step_compute_s"], lists["step_interconnect_s"])
     tp = [w.tp for _, _, w in rows]
     with np.errstate(all="ignore"):  # rows that are not finite are errors; their numbers are not written
         total = num["power_w"] * np.array(tp, dtype=np.float64)  # Prediction.total_power_w: power_w × tp

@@ -220,3 +220,15 @@ def bound(mem: float, flop: float, comm: float) -> dict[str, Any]:
     kind = BOUNDS[parts.index(max(parts))]  # the first largest part (identity first: a NaN finds itself)
     shares = (mem / total, flop / total, comm / total) if total > 0 else (0.0, 0.0, 0.0)
     return dict(zip(_BOUND_KEYS, (kind, *shares)))
+
+
+def bound_kinds(mem: list[float], flop: list[float], comm: list[float]) -> list[str]:
+    """:func:`bound`'s ``kind`` per row of three columns: the first largest part, by the same comparisons; a row
+    with a part that is not finite goes through :func:`bound` itself."""
+    a, b, c = (np.asarray(x, dtype=np.float64) for x in (mem, flop, comm))
+    k = np.where(b > a, 1, 0)
+    k = np.where(c > np.where(k == 1, b, a), 2, k)
+    kinds = [BOUNDS[i] for i in k.tolist()]
+    for i in np.flatnonzero(~(np.isfinite(a) & np.isfinite(b) & np.isfinite(c))).tolist():
+        kinds[i] = bound(mem[i], flop[i], comm[i])["kind"]
+    return kinds

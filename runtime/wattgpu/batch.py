@@ -553,8 +553,8 @@ def predict_csv(in_path: str, out_path: str, on_error: str = "skip", defaults: W
     return summary
 
 
-def _csv_stream(pred: Any, defaults: Workload, chunk: int, prices: Prices
-                ) -> Callable[[Iterator[tuple[int, dict[str, str], str | None]]], Iterator[tuple[int, dict[str, str], Any]]]:
+def _csv_stream(pred: Any, defaults: Workload, chunk: int, prices: Prices) -> Callable[
+        [Iterator[tuple[int, dict[str, str], str | None]]], Iterator[tuple[int, dict[str, str], Any]]]:
     """Rows as read → ``(line, row, CSV cells | RowError)``: :func:`_predict_stream` with :func:`csv_answers`."""
     return lambda rows: _predict_stream(rows, defaults, pred, chunk, csv_answers(prices))
 

@@ -66,13 +66,13 @@ def _level80(factors: Sequence[tuple[float, float, float]]) -> tuple[float, floa
     return next(((lo, hi) for lv, lo, hi in factors if record.is_level80(lv)), None)
 
 
-def _interval_cells(value: np.ndarray, factor: np.ndarray, has: np.ndarray, floor: np.ndarray,
+def _interval_cells(value: np.ndarray, factor: np.ndarray, floor: np.ndarray,
                     cap: np.ndarray | None = None) -> tuple[list[str], list[str]]:
     """The 80 % interval columns (low, high) of :func:`wattgpu.checks.interval_ends` as text: ``factor`` is rows ×
-    (low, high); empty where a row has no 80 % factor (``has`` false)."""
+    (low, high); empty where a row has no 80 % factor (NaN)."""
     low, high = interval_ends(value, factor[:, 0], factor[:, 1], floor, cap)
     lows, highs = _floats(low.tolist()), _floats(high.tolist())
-    for k in np.flatnonzero(~has).tolist():
+    for k in np.flatnonzero(np.isnan(factor[:, 0])).tolist():
         lows[k] = highs[k] = ""
     return lows, highs
 
@@ -151,36 +151,36 @@ def answer_cells(ev: Any, prices: Prices) -> list[tuple[str, ...] | WattGPUError
         roof[k] = mix["roofline_itl_s"]
     calib = [factors[i][2] for i in gpu_at.tolist()] if factors else [""] * m
     nan2 = (math.nan, math.nan)
-    power_f = np.array([f[0] or nan2 for f in factors] or [nan2], dtype=np.float64)[gpu_at]
+    power_f = np.array([f[0] or nan2 for f in factors] or [nan2], dtype=np.float64)[gpu_at]  # NaN: no 80 % factor
     itl_f = np.array([f[1] or nan2 for f in factors] or [nan2], dtype=np.float64)[gpu_at]
-    has_power = np.array([f[0] is not None for f in factors] or [False])[gpu_at]
-    has_itl = np.array([f[1] is not None for f in factors] or [False])[gpu_at]
     power, itl = num["power_w"], num["itl_s"]
-    iv: list[list[str]] = [*_interval_cells(power, power_f, has_power, _lesser(power, cols["idle_power_w"]), cap=tdp),
-                           *_interval_cells(itl, itl_f, has_itl, _lesser(itl, roof))]
+    iv: list[list[str]] = [*_interval_cells(power, power_f, _lesser(power, cols["idle_power_w"]), cap=tdp),
+                           *_interval_cells(itl, itl_f, _lesser(itl, roof))]
     ttft_ok = np.isfinite(num["ttft_s"])
     ttft = [v if ok else None for v, ok in zip(lists["ttft_s"], ttft_ok.tolist())]
     e2e = [v if math.isfinite(v) else None for v in lists["e2e_latency_s"]]
     fit = ttft_fit.of(bundle)
-    has_ttft = ttft_ok & record.is_level80(fit.level)
-    ttft_f = np.array([fit.factors(w.burst) or nan2 for w in wls], dtype=np.float64).reshape(m, 2)
-    has_ttft &= ~np.isnan(ttft_f[:, 0])
-    iv += _interval_cells(num["ttft_s"], ttft_f, has_ttft, _lesser(num["ttft_s"], num["prefill_roofline_s"]))
+    level80 = record.is_level80(fit.level)
+    ttft_f = np.array([(fit.factors(w.burst) or nan2) if level80 else nan2 for w in wls],
+                      dtype=np.float64).reshape(m, 2)
+    ttft_f[~ttft_ok] = math.nan  # an unbounded TTFT has no interval
+    iv += _interval_cells(num["ttft_s"], ttft_f, _lesser(num["ttft_s"], num["prefill_roofline_s"]))
     bound = latency.bound_kinds(lists["step_memory_s"], lists["step_compute_s"], lists["step_interconnect_s"])
-    tp = [w.tp for _, _, w in rows]
+    tp = [w.tp for w in wls]
     with np.errstate(all="ignore"):  # rows that are not finite are errors; their numbers are not written
         total = num["power_w"] * np.array(tp, dtype=np.float64)  # Prediction.total_power_w: power_w × tp
         energy = energy_figures(total, num["system_s_per_token"],
-                                np.array([int(w.output_tokens) for _, _, w in rows], dtype=np.float64), *prices,
+                                np.array([int(w.output_tokens) for w in wls], dtype=np.float64), *prices,
                                 gpus=np.array(tp, dtype=np.float64))
     columns: dict[str, list[str]] = {
-        "gpu_resolved": _strings([g.name for g, _, _ in rows]), "llm_resolved": _strings([x.name for _, x, _ in rows]),
+        "gpu_resolved": _strings([g.name for g in gpus]), "llm_resolved": _strings([x.name for _, x, _ in rows]),
         "power_w": _floats(lists["power_w"]), "tp": _texts(tp), "total_power_w": _floats(total.tolist()),
         "allreduce_s_per_step": _floats(cols["comm_s"].tolist()), "itl_s": _floats(lists["itl_s"]),
         "power_method": _strings(method), "idle_power_w": _texts(idle_w), "idle_power_source": _texts(idle_src),
-        "power_80_low": iv[0], "power_80_high": iv[1], "itl_80_low": iv[2], "itl_80_high": iv[3], "max_qps": _floats(lists["max_qps"]),
-        "utilization": _floats(lists["utilization"]), "max_concurrency": _texts(max_conc),
-        "overloaded": _texts(overloaded), "ttft_s": _texts(ttft), "ttft_80_low": iv[4], "ttft_80_high": iv[5], "e2e_latency_s": _texts(e2e), "bound": _strings(bound),
+        "power_80_low": iv[0], "power_80_high": iv[1], "itl_80_low": iv[2], "itl_80_high": iv[3],
+        "max_qps": _floats(lists["max_qps"]), "utilization": _floats(lists["utilization"]),
+        "max_concurrency": _texts(max_conc), "overloaded": _texts(overloaded), "ttft_s": _texts(ttft),
+        "ttft_80_low": iv[4], "ttft_80_high": iv[5], "e2e_latency_s": _texts(e2e), "bound": _strings(bound),
         "warnings": _strings(warnings), "calibration": _strings(calib)}
     for name in ("system_s_per_token", "throughput_tok_s", "energy_per_token_j", "energy_per_request_j",
                  "effective_batch", "busy_fraction"):

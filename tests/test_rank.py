@@ -281,9 +281,11 @@ def test_sla_search_from_the_row_memo_equals_a_fresh_search(strict: bool) -> Non
                          ("codellama/CodeLlama-70b-hf", Workload()),
                          ("Qwen/Qwen2.5-7B-Instruct", Workload(kind="closed_loop", concurrency=16)))]
     memo = memo_for(pred.bundle)
-    for itl_ms, ttft_ms in ((30.0, None), (None, 500.0), (12.0, 2000.0)):
+    slas = ((30.0, None), (None, 500.0), (12.0, 2000.0))
+    answers = {}
+    for itl_ms, ttft_ms in slas:
         memo.clear()
-        fresh = _searched(pred, rows, strict, itl_ms, ttft_ms)
+        fresh = answers[(itl_ms, ttft_ms)] = _searched(pred, rows, strict, itl_ms, ttft_ms)
         assert len(memo.options) == len(rows)
         assert {k for _, _, k, _ in fresh} >= {None, "misses_sla"} and any(f[0][0] == "error" for f in fresh)
         assert _searched(pred, rows, strict, itl_ms, ttft_ms) == fresh  # every row from the memo
@@ -291,6 +293,8 @@ def test_sla_search_from_the_row_memo_equals_a_fresh_search(strict: bool) -> Non
             del memo.options[key]
         assert _searched(pred, rows, strict, itl_ms, ttft_ms) == fresh  # half
         assert _searched(pred, rows[::-1], strict, itl_ms, ttft_ms) == fresh[::-1]
+    for itl_ms, ttft_ms in (*slas, *slas[::-1]):  # each SLA's choices (kept per SLA) beside the others'
+        assert _searched(pred, rows, strict, itl_ms, ttft_ms) == answers[(itl_ms, ttft_ms)]
     memo.clear()
     assert not memo.options
 

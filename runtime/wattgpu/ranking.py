@@ -322,42 +322,12 @@ def _search(pred: Any, rows: Sequence[tuple[Any, Any, Workload]], strict: bool, 
     batch 1: …" when batch 1 already misses the ITL, else the best cap's miss; "overloaded" when every cap is.
     Also returns the chosen rows' feature columns when one pass evaluated exactly those rows (else None)."""
     tried, evaluated = _tried(pred, rows, strict)
-    choice: list[tuple[int, str | None, str | None]] = []  # per row: (cap, kind, reason)
-    for (_, _, w), options in zip(rows, tried):
-        asked = next(o for o in options if o.cap == w.max_batch)
-        good = [o for o in options if o.ok]
-        if not asked.ok or not good:
-            choice.append((asked.cap if not asked.ok else options[0].cap, None, None))
-            continue
-
-        def miss(o: _Option, ttft_sla: float | None = max_ttft_ms) -> str | None:
-            return capacity.sla_miss(o.itl_sla_s, o.ttft_s, max_itl_ms, ttft_sla)
-
-        feasible = [o for o in good if not o.overloaded and miss(o) is None]
-        if feasible:
-            low = min(o.j_per_token for o in feasible) * (1.0 + ENERGY_TIE)
-            o = max((o for o in feasible if o.j_per_token <= low), key=lambda o: o.cap)
-            choice.append((o.cap, None, None))
-            continue
-        o1 = good[0]  # batch cap 1
-        itl1 = miss(o1, None)
-        served = [o for o in good if not o.overloaded]
-        if itl1 is not None:
-            choice.append((o1.cap, "misses_sla", f"misses SLA even at batch 1: {itl1}"))
-        elif not served:
-            o = good[-1]
-            choice.append((o.cap, "overloaded", capacity.overload_message(float(w.qps or 0.0), o.max_qps)))
-        else:
-            o = min(served, key=lambda o: (o.ttft_s if o.ttft_s is not None else math.inf, o.itl_s))
-            choice.append((o.cap, "misses_sla", f"misses SLA at every batch cap: at best (max_batch {o.cap}) {miss(o)}"))
-    # the chosen rows (one Workload per (workload, cap)); those not evaluated above, in one pass
-    capped: dict[tuple[int, int], Workload] = {}
-    chosen = []
-    for (g, m, w), (b, _, _) in zip(rows, choice):
-        wb = w if b == w.max_batch else capped.get((id(w), b))
-        if wb is None:
-            wb = capped[(id(w), b)] = replace(w, max_batch=b)
-        chosen.append((g, m, wb))
+    memo = memo_for(pred.bundle)
+    # per row: (cap, kind, reason), kept with its options (the memo's) per SLA
+    choice = [memo.spec(options, _choose, max_itl_ms, max_ttft_ms, w.max_batch, w.qps)
+              for (_, _, w), options in zip(rows, tried)]
+    # the chosen rows (one Workload per (workload, cap), kept across calls); those not evaluated above, in one pass
+    chosen = [(g, m, w if b == w.max_batch else memo.spec(w, _capped, b)) for (g, m, w), (b, _, _) in zip(rows, choice)]
     missing = [i for i, (b, _, _) in enumerate(choice) if (i, b) not in evaluated]
     cols = None
     if missing:
@@ -366,6 +336,39 @@ def _search(pred: Any, rows: Sequence[tuple[Any, Any, Workload]], strict: bool, 
         cols = ev.all_cols if len(missing) == len(rows) else None  # every chosen row, in order
     return [(evaluated[(i, b)][0].prediction(evaluated[(i, b)][1]), row, kind, why)
             for i, (row, (b, kind, why)) in enumerate(zip(chosen, choice))], cols
+
+
+def _choose(options: tuple[_Option, ...], max_itl_ms: float | None, max_ttft_ms: float | None,
+            max_batch: int, qps: float | None) -> tuple[int, str | None, str | None]:
+    """:func:`_search`'s choice for one row from its ``options`` (the row asked for cap ``max_batch`` at ``qps``):
+    (cap, exclusion kind or None, reason or None)."""
+    asked = next(o for o in options if o.cap == max_batch)
+    good = [o for o in options if o.ok]
+    if not asked.ok or not good:
+        return asked.cap if not asked.ok else options[0].cap, None, None
+
+    def miss(o: _Option, ttft_sla: float | None = max_ttft_ms) -> str | None:
+        return capacity.sla_miss(o.itl_sla_s, o.ttft_s, max_itl_ms, ttft_sla)
+
+    feasible = [o for o in good if not o.overloaded and miss(o) is None]
+    if feasible:
+        low = min(o.j_per_token for o in feasible) * (1.0 + ENERGY_TIE)
+        return max((o for o in feasible if o.j_per_token <= low), key=lambda o: o.cap).cap, None, None
+    o1 = good[0]  # batch cap 1
+    itl1 = miss(o1, None)
+    served = [o for o in good if not o.overloaded]
+    if itl1 is not None:
+        return o1.cap, "misses_sla", f"misses SLA even at batch 1: {itl1}"
+    if not served:
+        o = good[-1]
+        return o.cap, "overloaded", capacity.overload_message(float(qps or 0.0), o.max_qps)
+    o = min(served, key=lambda o: (o.ttft_s if o.ttft_s is not None else math.inf, o.itl_s))
+    return o.cap, "misses_sla", f"misses SLA at every batch cap: at best (max_batch {o.cap}) {miss(o)}"
+
+
+def _capped(w: Workload, cap: int) -> Workload:
+    """``w`` at batch cap ``cap``."""
+    return replace(w, max_batch=cap)
 
 
 def _sort_key(sort: str) -> Callable[[RankEntry], tuple[Any, ...]]:

@@ -7,7 +7,7 @@ import weakref
 from itertools import chain
 from operator import itemgetter
 from dataclasses import fields
-from typing import Any, Callable, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Hashable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -448,7 +448,7 @@ class RowMemo:
     COMPILED_LIMIT = 256  # compiled one-row load paths (~30 KB each: code and the constants it holds): ~8 MB
 
     def __init__(self) -> None:
-        self.specs: dict[tuple[int, Any], tuple[Any, Any]] = {}
+        self.specs: dict[tuple[int, Any, tuple[Any, ...]], tuple[Any, Any]] = {}
         # (GPU, LLM, kind, engine, context, TP): a row's set-up warnings (:meth:`setup_warnings`)
         self.warnings: dict[tuple[Any, ...], tuple[Any, Any, tuple[str, ...]]] = {}
         self.capacities: dict[tuple[bool, tuple[Any, ...]], tuple[Any, Any, Any]] = {}
@@ -476,15 +476,15 @@ class RowMemo:
         latency.forget_waits()
         raw_columns.forget_setups()
 
-    def spec(self, obj: Any, make: Callable[[Any], Any]) -> Any:
-        """``make(obj)``, computed once per object."""
-        key = (id(obj), make)
+    def spec(self, obj: Any, make: Callable[..., Any], *args: Hashable) -> Any:
+        """``make(obj, *args)``, computed once per object and arguments."""
+        key = (id(obj), make, args)
         hit = self.specs.get(key)
         if hit is not None and hit[0] is obj:
             return hit[1]
         if len(self.specs) > self.LIMIT:
             self.specs.clear()
-        value = make(obj)
+        value = make(obj, *args)
         self.specs[key] = (obj, value)
         return value
 

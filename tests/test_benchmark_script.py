@@ -23,7 +23,8 @@ TIMED = ["cold_start_ms", "cold_start_in_process_ms", "cold_import_wattgpu_ms", 
          "batch_predictions_per_s", "server_prediction_p50_us", "server_prediction_floor_onnx_p50_us",
          "server_prediction_unmemoised_p50_us", "rank_server_ms", "rank_server_sla_ms", "csv_10k_rows_per_s",
          "csv_10k_floor_onnx_rows_per_s", "csv_10k_floor_write_rows_per_s", "cold_start_floor_sessions_ms",
-         "cold_start_over_sessions_floor"]
+         "cold_start_over_sessions_floor", "csv_10k_onnx_cpu_per_row", "csv_10k_cpu_per_row",
+         "csv_10k_cpus_onnx_at_target", "csv_10k_cpus_at_target", "csv_10k_start_budget_pct"]
 SIZES = ["installed_package_mb", "wheel_kb", "file_power_onnx_kb", "file_itl_onnx_kb"]
 XGB = ["xgboost_over_onnx_per_row_single", "xgboost_inplace_over_onnx_per_row_single",
        "xgboost_over_onnx_per_row_batch", "single_row_xgboost_predict_us", "single_row_onnx_us",
@@ -97,3 +98,15 @@ def test_the_report_section_is_written_with_every_issue37_target(report: tuple[d
     assert rank_row.rstrip(" |").endswith("yes" if figures["rank_full_catalog_ms"]["median"] <= 1.0 else "**no**")
     wheel_row = next(line for line in section.splitlines() if line.startswith("| wheel"))
     assert wheel_row.rstrip(" |").endswith("yes" if figures["wheel_kb"]["median"] <= 400.0 else "**no**")
+
+
+def test_csv_cpu_figures_are_consistent(report: tuple[dict, str, str]) -> None:
+    """The CPU onnxruntime spends on the CSV is part of the process's, and the CPUs each keeps busy at the target
+    rate are their CPU per row × that rate; the 10k row's start share is the CLI's cold start over 200 ms."""
+    f = report[0]["figures"]
+    onnx, whole = f["csv_10k_onnx_cpu_per_row"]["median"], f["csv_10k_cpu_per_row"]["median"]
+    assert 0 < onnx <= whole
+    assert math.isclose(f["csv_10k_cpus_at_target"]["median"], whole * 1e-6 * 50_000, rel_tol=1e-9)
+    assert math.isclose(f["csv_10k_cpus_onnx_at_target"]["median"], onnx * 1e-6 * 50_000, rel_tol=1e-9)
+    assert math.isclose(f["csv_10k_start_budget_pct"]["median"], f["cold_start_cli_ms"]["median"] / 2, rel_tol=1e-9)
+    assert report[0]["meta"]["available_cpus"] >= 1

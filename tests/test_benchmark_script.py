@@ -24,7 +24,8 @@ TIMED = ["cold_start_ms", "cold_start_in_process_ms", "cold_import_wattgpu_ms", 
          "server_prediction_unmemoised_p50_us", "rank_server_ms", "rank_server_sla_ms", "csv_10k_rows_per_s",
          "csv_10k_floor_onnx_rows_per_s", "csv_10k_floor_write_rows_per_s", "cold_start_floor_sessions_ms",
          "cold_start_over_sessions_floor", "csv_10k_onnx_cpu_per_row", "csv_10k_cpu_per_row",
-         "csv_10k_cpus_onnx_at_target", "csv_10k_cpus_at_target", "csv_10k_start_budget_pct"]
+         "csv_10k_cpus_onnx_at_target", "csv_10k_cpus_at_target", "csv_10k_start_budget_pct", "cold_start_cli_ms",
+         "cold_start_cli_module_ms"]
 SIZES = ["installed_package_mb", "wheel_kb", "file_power_onnx_kb", "file_itl_onnx_kb"]
 XGB = ["xgboost_over_onnx_per_row_single", "xgboost_inplace_over_onnx_per_row_single",
        "xgboost_over_onnx_per_row_batch", "single_row_xgboost_predict_us", "single_row_onnx_us",
@@ -110,3 +111,21 @@ def test_csv_cpu_figures_are_consistent(report: tuple[dict, str, str]) -> None:
     assert math.isclose(f["csv_10k_cpus_onnx_at_target"]["median"], onnx * 1e-6 * 50_000, rel_tol=1e-9)
     assert math.isclose(f["csv_10k_start_budget_pct"]["median"], f["cold_start_cli_ms"]["median"] / 2, rel_tol=1e-9)
     assert report[0]["meta"]["available_cpus"] >= 1
+
+
+def test_the_cli_cold_start_runs_what_the_console_script_runs() -> None:
+    """The CLI cold start is timed as the ``wattgpu`` console script runs it: it imports the function that
+    ``[project.scripts]`` names and exits with what it returns."""
+    import re
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import bench_runtime
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    entry = re.search(r'^wattgpu\s*=\s*"([\w.]+):(\w+)"', (REPO / "pyproject.toml").read_text(encoding="utf-8"), re.M)
+    assert entry is not None
+    module, func = entry.groups()
+    assert f"from {module} import {func};" in bench_runtime.CONSOLE_SCRIPT
+    assert bench_runtime.CONSOLE_SCRIPT.endswith(f"sys.exit({func}())")
+    compile(bench_runtime.CONSOLE_SCRIPT, "<console script>", "exec")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -207,6 +208,46 @@ def test_power_in_the_grid_pass_equals_power_at_the_chosen_points(pred: Predicto
             for k in a:
                 x, y = np.asarray(a[k]), np.asarray(b[k])
                 assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes(), (n, k)
+
+
+@pytest.mark.parametrize("learned", [False, True])
+def test_set_ups_differing_in_their_cap_share_their_grids_bit_for_bit(pred: Predictor, learned: bool) -> None:
+    """The batch caps an SLA search tries (1, 2, 4, … 256 of one set-up) evaluate each shared grid point once
+    (``classes``): every capacity field is the same, bit for bit, as with each set-up's grid on its own, over
+    GPUs, LLMs, workloads, TP, memory-bound limits and an SLA; and fewer rows reach the models."""
+    from dataclasses import replace
+
+    from wattgpu import features as F
+    from wattgpu.results import cap_classes
+
+    llms = [pred.resolve_llm(m) for m in (LLM, "Qwen/Qwen2.5-0.5B-Instruct", "codellama/CodeLlama-70b-hf")]
+    wls = [Workload(), Workload(kind="closed_loop", concurrency=16, input_tokens=2048),
+           Workload(kind="server", qps=2.0, output_tokens=64), Workload(tp=2)]
+    base = [(g, m, w) for i, g in enumerate(pred.catalog.gpus[::4]) for m in llms for w in wls[i % 2::2]]
+    triples = [(g, m, replace(w, max_batch=b)) for g, m, w in base for b in (1, 2, 4, 8, 16, 32, 64, 128, 256)]
+    rows = [t for t, e in zip(triples, row_errors(triples)[0]) if e is None]
+    assert len(rows) > 300
+    cols = F.columns(rows)
+    classes = cap_classes(pred.bundle, cols)
+    assert classes is not None and len(set(classes.tolist())) * 5 < len(rows)
+    sla = np.where(np.arange(len(rows)) % 3 == 0, 0.04, np.nan)
+    for s in (None, sla):
+        counts, got = [], []
+        for c in (None, classes):
+            n = [0]
+
+            def evaluate(columns: dict, targets: Any = None, n: list = n) -> dict:
+                n[0] += len(columns["wl_max_batch"])
+                return pred._evaluate(columns, targets)
+            with np.errstate(all="ignore"):
+                got.append(capacity.capacity_table(evaluate, rows, cols, learned, max_itl_s=s, classes=c))
+            counts.append(n[0])
+        a, b = got
+        assert a.keys() == b.keys()
+        for k in a:
+            x, y = np.asarray(a[k]), np.asarray(b[k])
+            assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes(), k
+        assert counts[1] * 2 < counts[0], counts
 
 
 @pytest.mark.parametrize("qps", [1e30, 1.7976931348623157e308])

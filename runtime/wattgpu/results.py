@@ -201,22 +201,25 @@ def capacities(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], col
     setups = [rows[i] for i in firsts]
     kept = memo.table_get(keys, setups)
     if kept is None:
-        kept = _capacity_arrays(memo, evaluate, rows, cols, learned, keys, firsts, setups)
+        kept = _capacity_arrays(bundle, evaluate, rows, cols, learned, keys, firsts, setups)
     out = {k: v[where] for k, v in kept.items()}
     out["max_concurrency"] = np.maximum(cols["fit_sequences"], 0.0)
     return out
 
 
-def _capacity_arrays(memo: "RowMemo", evaluate: Evaluate, rows: Sequence[Row], cols: F.Columns, learned: bool,
+def _capacity_arrays(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.Columns, learned: bool,
                      keys: list[tuple[Any, ...]], firsts: list[int], setups: list[Row]) -> dict[str, np.ndarray]:
     """The :class:`Capacity` fields of the set-ups ``keys`` (first seen at rows ``firsts``) as arrays, one row per
-    set-up; each set-up's Capacity memoised, and these arrays kept per list of set-ups (:meth:`RowMemo.table_get`)."""
+    set-up; each set-up's Capacity memoised, and these arrays kept per list of set-ups (:meth:`RowMemo.table_get`).
+    Set-ups that differ only in their batch cap share their grids' evaluations (:func:`cap_classes`)."""
+    memo = memo_for(bundle)
     got = [memo.capacity_get(key, row) for key, row in zip(keys, setups)]
     miss = [s for s, c in enumerate(got) if c is None]
     if miss:
         idx = [firsts[s] for s in miss]
-        table = capacity.capacity_table(evaluate, [setups[s] for s in miss], assemble_take(cols, idx, len(rows)),
-                                        learned)
+        sub = assemble_take(cols, idx, len(rows))
+        table = capacity.capacity_table(evaluate, [setups[s] for s in miss], sub, learned,
+                                        classes=cap_classes(bundle, sub))
         for j, s in enumerate(miss):
             got[s] = Capacity.of(table, j)
             memo.capacity_put(keys[s], setups[s], got[s])

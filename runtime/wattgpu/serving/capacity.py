@@ -115,7 +115,8 @@ def _same_point(classes: np.ndarray, max_batch: np.ndarray, index: np.ndarray,
 
 def capacity_table(evaluate: Callable[[F.Columns], dict[str, np.ndarray]], triples: Sequence[tuple[Any, Any, Any]],
                    cols: F.Columns, learned: bool,
-                   max_itl_s: np.ndarray | None = None, itl_scale: float = 1.0) -> dict[str, np.ndarray]:
+                   max_itl_s: np.ndarray | None = None, itl_scale: float = 1.0,
+                   classes: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Capacity of each row (vectorised): ``max_qps``, the batch it is reached at (``batch``), the
     ``itl_s``, busy ``power_w`` and ``request_s`` there, the batch ``limit`` and ``max_concurrency``; the grid
     point of the highest decode throughput ``peak_k`` (-1: none) and the busy power there ``peak_power``;
@@ -125,6 +126,10 @@ def capacity_table(evaluate: Callable[[F.Columns], dict[str, np.ndarray]], tripl
 
     With ``max_itl_s`` (per row, NaN = no SLA) only batches whose ITL × ``itl_scale`` meets it count;
     a row whose ITL misses the SLA even at batch 1 gets ``max_qps`` 0.
+
+    ``classes`` (per row of ``cols``, :func:`wattgpu.features.cap_classes`; only for models that do not read the
+    batch cap): set-ups that differ only in their cap share their grid points below both caps, and each is
+    evaluated once (:func:`request_time`), as the caps an SLA search tries have it.
     """
     keys = row_keys(triples, learned)
     first: dict[Any, int] = {}
@@ -140,7 +145,7 @@ def capacity_table(evaluate: Callable[[F.Columns], dict[str, np.ndarray]], tripl
     er, ec = np.nonzero(np.arange(GRID_POINTS)[None, :] < distinct[:, None])
     one_pass = n <= ONE_PASS_MAX_SETUPS
     got = request_time(evaluate, cols, uniq[er], grid[er, ec], limit[er], learned,
-                       targets=("itl", "power") if one_pass else ("itl",))
+                       targets=("itl", "power") if one_pass else ("itl",), classes=classes)
     req = spread(got["request_s"], distinct)
     itl = spread(got["res"]["itl"], distinct)
     batch = spread(np.asarray(got["batch"], dtype=np.float64), distinct)
@@ -161,7 +166,7 @@ def capacity_table(evaluate: Callable[[F.Columns], dict[str, np.ndarray]], tripl
         power_w, peak_power = grid_power[pick], grid_power[np.arange(n), peak_k]
     else:
         power_w, peak_power = _chosen_power(evaluate, cols, learned, uniq, grid, limit, slot * GRID_POINTS + k,
-                                            np.arange(n) * GRID_POINTS + peak_k)
+                                            np.arange(n) * GRID_POINTS + peak_k, classes)
     return {"max_qps": lam[np.arange(len(triples)), k], "batch": batch[pick], "concurrency": grid[pick],
             "itl_s": itl[pick], "power_w": power_w, "request_s": req[pick],
             "peak_k": np.where(peak >= 0, peak, -1)[slot], "peak_power": peak_power[slot],
@@ -178,13 +183,15 @@ ONE_PASS_MAX_SETUPS = 2
 
 def _chosen_power(evaluate: Callable[..., dict[str, np.ndarray]], cols: F.Columns, learned: bool,
                   uniq: np.ndarray, grid: np.ndarray, limit: np.ndarray, picked: np.ndarray,
-                  peaks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                  peaks: np.ndarray, classes: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Power at the flat grid points ``picked`` (one per triple) and ``peaks`` (one per set-up), each distinct
-    point evaluated once: the same feature row as in the grid, at 1/GRID_POINTS of evaluating the whole grid."""
+    point evaluated once (of set-ups that differ only in their cap too, with ``classes``): the same feature row as
+    in the grid, at 1/GRID_POINTS of evaluating the whole grid."""
     chosen, back = np.unique(np.concatenate([picked, peaks]), return_inverse=True)  # distinct (set-up, point)
     back = back.reshape(-1)
     cs, ck = chosen // GRID_POINTS, chosen % GRID_POINTS
-    power = request_time(evaluate, cols, uniq[cs], grid[cs, ck], limit[cs], learned, targets=("power",))["res"]["power"]
+    power = request_time(evaluate, cols, uniq[cs], grid[cs, ck], limit[cs], learned, targets=("power",),
+                         classes=classes)["res"]["power"]
     return power[back[:len(picked)]], power[back[len(picked):]]
 
 

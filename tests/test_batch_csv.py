@@ -96,13 +96,18 @@ def test_thousands_of_rows_in_one_vectorised_pass(tmp_path, monkeypatch):
     assert (n_ok, n_bad) == (3000, 0)
     # one onnxruntime pass for all rows (chunk size 4096), plus one capacity pass over the distinct engine
     # set-ups (GPU × batch cap × prompt length here: all 3000 distinct) at their distinct grid batches (ITL
-    # model), where set-ups that differ only in their cap (900 GPU × prompt pairs here) share the points below
-    # both caps (fewer rows than every set-up's grid), plus the power model at each set-up's chosen and peak
-    # grid points
-    from wattgpu.serving.capacity import batch_grid
+    # model), where set-ups that differ only in their cap (900 GPU × prompt pairs here) evaluate each model
+    # concurrency of their grids once, plus the power model at each set-up's chosen and peak grid points
+    from wattgpu.serving.capacity import batch_grid, load_point
 
-    points = int(batch_grid(np.array([1.0 + i % 64 for i in range(3000)]))[1].sum())
-    assert calls[0] == 3000 and len(calls) == 3 and 3000 < calls[1] < points
+    learned = "server" in Predictor().schema.domain.get("kinds", ())
+    caps = np.array([1.0 + i % 64 for i in range(3000)])
+    grid, points = batch_grid(caps)
+    shared = {(i % 4, 128 + i % 900, level)  # (GPU, prompt length, model concurrency)
+              for i in range(3000)
+              for level in np.asarray(load_point(grid[i, :points[i]], np.full(points[i], caps[i]), learned)[1]).tolist()}
+    assert len(shared) < int(points.sum())
+    assert calls[0] == 3000 and len(calls) == 3 and calls[1] == len(shared)
     assert 3000 <= calls[2] <= 2 * 3000
     out = _read(dst)
     assert len(out) == 3000 and all(float(r["power_w"]) > 0 for r in out)

@@ -84,12 +84,16 @@ def rank_answer(predictor: Any, llm: Any, workload: Workload, **kwargs: Any) -> 
 def predict_in_chunks(predictor: Any, rows: Sequence[Any], between_chunks: Callable[[], None] = lambda: None,
                       chunk: int = 1000) -> list[Any]:
     """``predictor.predict_specs_safe`` over ``rows``, ``chunk`` rows at a time, ``between_chunks()`` before each
-    (where the service stops a request that timed out)."""
+    (where the service stops a request that timed out). The chunks share one model memo
+    (:class:`wattgpu.assemble.ModelMemo`): a model input row is evaluated once per call."""
+    from .assemble import ModelMemo, memoised_models  # here: answers stays light for the commands that never predict
+
     rows = list(rows)
     results: list[Any] = []
-    for start in range(0, len(rows), chunk):
-        between_chunks()
-        results.extend(predictor.predict_specs_safe(rows[start:start + chunk]))
+    with memoised_models(ModelMemo()):
+        for start in range(0, len(rows), chunk):
+            between_chunks()
+            results.extend(predictor.predict_specs_safe(rows[start:start + chunk]))
     return results
 
 

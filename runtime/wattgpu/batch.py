@@ -339,16 +339,20 @@ def _predict_stream(rows: Iterator[tuple[int, dict[str, str], str | None]], defa
                     predictor: Any, chunk: int, answer: Answer = _predictions
                     ) -> Iterator[tuple[int, dict[str, str], Any]]:
     """Each CSV row as ``(line, row, result | RowError)``, ``chunk`` rows evaluated at a time; a result is
-    what ``answer`` makes of the row (default: its Prediction)."""
+    what ``answer`` makes of the row (default: its Prediction). The chunks share one
+    :class:`wattgpu.assemble.ModelMemo`: a model input row is evaluated once per stream."""
+    from .assemble import ModelMemo, memoised_models
     from .predictor import default_predictor
 
     pred = predictor or default_predictor()
     wl_cols = KIND_COLUMNS + WORKLOAD_COLUMNS
     pending: list[tuple[int, dict[str, str], Any]] = []
+    memo = ModelMemo()
 
     def flush() -> Iterator[tuple[int, dict[str, str], Any]]:
         ok = [(i, t) for i, (_, _, t) in enumerate(pending) if isinstance(t, tuple)]
-        results = answer(pred, [t for _, t in ok]) if ok else []
+        with memoised_models(memo):  # set and reset here: never across a yield, where the caller runs
+            results = answer(pred, [t for _, t in ok]) if ok else []
         out = {i: r for (i, _), r in zip(ok, results)}
         for i, (line, row, t) in enumerate(pending):
             r = out.get(i, t)

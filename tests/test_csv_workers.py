@@ -57,6 +57,45 @@ def test_many_varied_rows_over_workers(pred: Predictor, tmp_path: Path) -> None:
     assert run(pred, tmp_path, lines, 3, 64, "many") == run(pred, tmp_path, lines, 1, 64, "one")
 
 
+def _chunk(pairs: list[tuple[str, str]]) -> list[Any]:
+    return [(k + 2, {"gpu": g, "llm": m}, None) for k, (g, m) in enumerate(pairs)]
+
+
+def test_the_router_keeps_each_pair_with_one_process_and_shares_rows_out() -> None:
+    """Many (GPU, LLM) pairs: every pair goes to one process for the whole run (its memos then serve all its
+    set-ups), and the processes answer about as many rows each."""
+    router = csv_workers._Router(3)
+    seen: dict[tuple[str, str], set[int]] = {}
+    for c in range(6):
+        pairs = [(f"gpu{(k * 7 + c) % 23}", f"llm{(k * 3 + c) % 11}") for k in range(200)]
+        owners = router.owners(_chunk(pairs))
+        assert len(owners) == 200 and set(owners) <= {0, 1, 2}
+        assert max(owners.count(o) for o in range(3)) <= csv_workers.BALANCE * 200 / 3
+        for pair, o in zip(pairs, owners):
+            seen.setdefault(pair, set()).add(o)
+    assert all(len(o) == 1 for o in seen.values())
+    assert max(router.load) - min(router.load) <= 0.1 * sum(router.load) / 3
+
+
+def test_the_router_splits_a_chunk_of_few_pairs_evenly() -> None:
+    """One pair in a chunk (a sweep of one model on one GPU): the chunk is cut into equal runs of rows, so no
+    process is left idle; two pairs in unequal numbers likewise."""
+    router = csv_workers._Router(2)
+    owners = router.owners(_chunk([("NVIDIA L4", LLM)] * 100))
+    assert owners == [0] * 50 + [1] * 50
+    owners = router.owners(_chunk([("NVIDIA L4", LLM)] * 90 + [("NVIDIA A10", LLM)] * 10))
+    assert owners.count(0) == owners.count(1) == 50
+
+
+def test_one_pair_over_workers(pred: Predictor, tmp_path: Path) -> None:
+    """A file of one (GPU, LLM) pair with varied workloads, its chunks split evenly: the bytes of one process."""
+    lines = ["llm,gpu,input_tokens,output_tokens,max_batch"]
+    lines += [f"{LLM},NVIDIA L4,{64 + 37 * k % 900},{16 + 11 * k % 300},{1 + k % 64}" for k in range(90)]
+    many = run(pred, tmp_path, lines, 2, 16, "many")
+    assert many == run(pred, tmp_path, lines, 1, 16, "one")
+    assert many[2].predicted == 90
+
+
 def test_a_chunk_a_multiple_of_the_file(pred: Predictor, tmp_path: Path) -> None:
     lines = [HEAD] + [ROWS[i % len(ROWS)] for i in range(40)]  # 5 full chunks: no short last one
     assert run(pred, tmp_path, lines, 2, 8, "many") == run(pred, tmp_path, lines, 1, 8, "one")

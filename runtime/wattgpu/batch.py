@@ -237,9 +237,20 @@ def resolve_rows(path: str, defaults: Workload | None = None, predictor: Any = N
         yield from _resolve_stream(rows, defaults, predictor)
 
 
+class ResolveCaches:
+    """What resolving keeps across the rows of one run: names → specs, workload cells → Workload, and a row's
+    cells → its triple (rows of a file repeat). One per stream; a run answered in parts passes the same one to each
+    part, so a part resolves a name another has already resolved to the same objects."""
+
+    def __init__(self) -> None:
+        self.by_kind = {"gpu": _BoundedCache(), "llm": _BoundedCache(), "wl": _BoundedCache()}
+        self.rows = _BoundedCache()
+
+
 def _resolve_stream(rows: Iterator[tuple[int, dict[str, str], str | None]], defaults: Workload | None,
-                    predictor: Any) -> Iterator[tuple[int, dict[str, str], Any]]:
-    """Each CSV row as ``(line, row, triple | RowError)``: names resolved (cached), workload cells checked."""
+                    predictor: Any, kept: ResolveCaches | None = None) -> Iterator[tuple[int, dict[str, str], Any]]:
+    """Each CSV row as ``(line, row, triple | RowError)``: names resolved (cached in ``kept``), workload cells
+    checked."""
     from .predictor import default_predictor
     from .quant import with_dtype
 
@@ -247,7 +258,8 @@ def _resolve_stream(rows: Iterator[tuple[int, dict[str, str], str | None]], defa
     defaults = defaults or Workload()
     if not isinstance(defaults, Workload):
         raise WattGPUError(f"defaults: expected a Workload, got {type(defaults).__name__}")
-    caches = {"gpu": _BoundedCache(), "llm": _BoundedCache(), "wl": _BoundedCache()}
+    kept = ResolveCaches() if kept is None else kept
+    caches = kept.by_kind
     resolvers = {"gpu": pred.resolve_gpu, "llm": pred.resolve_llm}
     wl_cols = KIND_COLUMNS + WORKLOAD_COLUMNS
 
@@ -266,7 +278,7 @@ def _resolve_stream(rows: Iterator[tuple[int, dict[str, str], str | None]], defa
             raise hit
         return hit
 
-    known = _BoundedCache()  # the cells a row is resolved from → its triple (rows of a file repeat)
+    known = kept.rows  # the cells a row is resolved from → its triple
     key_cols = ("llm", "gpu", "dtype") + wl_cols
     for line, row, problem in rows:
         key = tuple(map(row.get, key_cols))
@@ -336,18 +348,19 @@ def csv_answers(prices: Prices) -> Answer:
 
 
 def _predict_stream(rows: Iterator[tuple[int, dict[str, str], str | None]], defaults: Workload | None,
-                    predictor: Any, chunk: int, answer: Answer = _predictions
-                    ) -> Iterator[tuple[int, dict[str, str], Any]]:
+                    predictor: Any, chunk: int, answer: Answer = _predictions, memo: Any = None,
+                    kept: ResolveCaches | None = None) -> Iterator[tuple[int, dict[str, str], Any]]:
     """Each CSV row as ``(line, row, result | RowError)``, ``chunk`` rows evaluated at a time; a result is
     what ``answer`` makes of the row (default: its Prediction). The chunks share one
-    :class:`wattgpu.assemble.ModelMemo`: a model input row is evaluated once per stream."""
+    :class:`wattgpu.assemble.ModelMemo` (``memo``; a new one when None): a model input row is evaluated once per
+    stream, or per run when the run's parts pass the same memo (and the same ``kept`` names)."""
     from .assemble import ModelMemo, memoised_models
     from .predictor import default_predictor
 
     pred = predictor or default_predictor()
     wl_cols = KIND_COLUMNS + WORKLOAD_COLUMNS
     pending: list[tuple[int, dict[str, str], Any]] = []
-    memo = ModelMemo()
+    memo = ModelMemo() if memo is None else memo
 
     def flush() -> Iterator[tuple[int, dict[str, str], Any]]:
         ok = [(i, t) for i, (_, _, t) in enumerate(pending) if isinstance(t, tuple)]
@@ -363,7 +376,7 @@ def _predict_stream(rows: Iterator[tuple[int, dict[str, str], str | None]], defa
             yield line, row, r
         pending.clear()
 
-    for item in _resolve_stream(rows, defaults, pred):
+    for item in _resolve_stream(rows, defaults, pred, kept):
         pending.append(item)
         if len(pending) >= chunk:
             yield from flush()
@@ -559,8 +572,13 @@ def predict_csv(in_path: str, out_path: str, on_error: str = "skip", defaults: W
 
 def _csv_stream(pred: Any, defaults: Workload, chunk: int, prices: Prices) -> Callable[
         [Iterator[tuple[int, dict[str, str], str | None]]], Iterator[tuple[int, dict[str, str], Any]]]:
-    """Rows as read → ``(line, row, CSV cells | RowError)``: :func:`_predict_stream` with :func:`csv_answers`."""
-    return lambda rows: _predict_stream(rows, defaults, pred, chunk, csv_answers(prices))
+    """Rows as read → ``(line, row, CSV cells | RowError)``: :func:`_predict_stream` with :func:`csv_answers`. Every
+    call (one stream over a file, or each part of a run answered in parts, :mod:`wattgpu.csv_workers`) shares the
+    answers, the model memo and the resolved names of the first."""
+    from .assemble import ModelMemo
+
+    answers, memo, kept = csv_answers(prices), ModelMemo(), ResolveCaches()
+    return lambda rows: _predict_stream(rows, defaults, pred, chunk, answers, memo, kept)
 
 
 def csv_worker() -> None:

@@ -3,13 +3,14 @@ use, written in file order, byte for byte what one process writes.
 
 Python formats and checks every row under one GIL, so one process leaves all but one CPU idle for most of a
 CSV's run (onnxruntime's row slices use the others only while the models run, :mod:`wattgpu.threads`). Here,
-with ``n`` = :func:`wattgpu.threads.thread_count` processes in all, the calling process reads the file, hands
-the chunks in turn to itself (the first, while the workers start) and to ``n - 1`` worker processes, and writes
-every chunk's answers in file order. A worker (``python -c BOOT``, running :func:`wattgpu.batch.csv_worker`
-from the caller's own wattgpu) rebuilds the same Predictor (bundle directory, catalog) and answers its chunks
-as the caller would, through one stream over all of them (``make(pred, defaults, chunk, prices)``:
-:func:`wattgpu.batch._predict_stream` with
-:func:`wattgpu.batch.csv_answers`). A row's answer depends on the row alone, so the bytes are the same.
+with ``n`` = :func:`wattgpu.threads.thread_count` processes in all, the calling process reads the file, splits
+each chunk between itself and ``n - 1`` worker processes by the rows' (GPU, LLM) cells (:class:`_Router`: a pair
+stays with one process, so its memos serve every set-up of the pair), and writes every chunk's answers in file
+order. A worker (``python -c BOOT``, running :func:`wattgpu.batch.csv_worker` from the caller's own wattgpu)
+rebuilds the same Predictor (bundle directory, catalog) and answers its parts as the caller would
+(``make(pred, defaults, chunk, prices)``: :func:`wattgpu.batch._predict_stream` with
+:func:`wattgpu.batch.csv_answers`, its calls sharing their memos). A row's answer depends on the row alone, so the
+bytes are the same.
 
 Used by ``wattgpu predict --input`` (and ``predict_csv(workers=None)`` or a count: the Python function keeps to
 its own process by default) when the file has more than one chunk, ``n`` is 2 or more (``$WATTGPU_THREADS=1``:
@@ -31,7 +32,7 @@ import tempfile
 import threading
 import traceback
 from collections import deque
-from itertools import chain, cycle, islice
+from itertools import chain, islice
 from typing import IO, Any, Callable, Iterator
 
 from .errors import WattGPUError
@@ -68,7 +69,7 @@ def stream(rows: Iterator[Row], make: Make, pred: Any, defaults: Any, chunk: int
     pool = _Pool(setup, n - 1)
     chunks = _chunks(chain(first, more, rows), chunk)
     try:
-        yield from pool.run(chunks, _Answerer(answer, chunk))
+        yield from pool.run(chunks, _Answerer(answer))
     except WorkerFailed as exc:
         report(f"warning: CSV worker processes stopped ({exc}); the remaining rows run in this process")
         rest = chain.from_iterable(pool.unanswered)
@@ -79,25 +80,15 @@ def stream(rows: Iterator[Row], make: Make, pred: Any, defaults: Any, chunk: int
 
 
 class _Answerer:
-    """One stream (``answer``) over chunks handed over one at a time (its name and answer caches kept across
-    them): a chunk of ``chunk`` rows is answered as soon as it is handed over (the stream answers every
-    ``chunk`` rows), a shorter one (the file's last) ends the stream."""
+    """The parts of one run handed over one at a time, each answered as a whole by ``answer`` (a call per part;
+    :func:`wattgpu.batch._csv_stream` makes the calls share their memos and resolved names)."""
 
-    def __init__(self, answer: Stream, chunk: int) -> None:
-        self.chunk, self.inbox, self.ended = chunk, deque[list[Row]](), False
-        self.out = answer(self._feed())
-
-    def _feed(self) -> Iterator[Row]:
-        while self.inbox:
-            yield from self.inbox.popleft()
-            if not self.inbox and not self.ended:  # never: a full chunk is answered before the next is read
-                raise RuntimeError("a chunk was answered before it was complete")
+    def __init__(self, answer: Stream) -> None:
+        self.stream = answer
 
     def answer(self, part: list[Row]) -> list[Any]:
         """Each row of ``part``: its answer (CSV cells) or RowError."""
-        self.inbox.append(part)
-        self.ended = self.ended or len(part) < self.chunk
-        return [r for _, _, r in islice(self.out, len(part))]
+        return [r for _, _, r in self.stream(iter(part))]
 
 
 def _chunks(rows: Iterator[Row], chunk: int) -> Iterator[list[Row]]:
@@ -106,6 +97,50 @@ def _chunks(rows: Iterator[Row], chunk: int) -> Iterator[list[Row]]:
         if not part:
             return
         yield part
+
+
+AHEAD = 3  # chunks whose parts the workers may hold at once
+BALANCE = 1.2  # a chunk whose largest part would exceed this × its fair share is split evenly instead
+
+
+class _Router:
+    """Which process answers each row: every (GPU, LLM) pair of cells goes to one process for the whole run, the
+    pairs spread so the processes have answered about as many rows each. A process then sees a pair's every
+    set-up, so its memos (capacities, model rows, resolved names) serve them all, where chunks dealt in turn had
+    the processes compute the same capacity grids and model rows again. A chunk the pairs cannot share out fairly
+    (a file of few pairs) is split into equal runs of rows instead: the answers are the same wherever a row goes."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.owner: dict[tuple[str, str], int] = {}
+        self.load = [0] * n
+
+    def owners(self, chunk: list[Row]) -> list[int]:
+        """The process (0: the calling one) of each row of ``chunk``."""
+        owner, load = self.owner, self.load
+        out = []
+        for _, cells, _ in chunk:
+            key = (cells.get("gpu") or "", cells.get("llm") or "")
+            o = owner.get(key)
+            if o is None:
+                o = owner[key] = load.index(min(load))
+                if len(owner) > _PAIRS_LIMIT:
+                    owner.clear()
+            load[o] += 1
+            out.append(o)
+        count = [0] * self.n
+        for o in out:
+            count[o] += 1
+        if max(count) > BALANCE * len(chunk) / self.n:
+            for o, c in enumerate(count):
+                load[o] -= c
+            out = [k * self.n // len(chunk) for k in range(len(chunk))]
+            for o in out:
+                load[o] += 1
+        return out
+
+
+_PAIRS_LIMIT = 1 << 16  # pairs remembered (then the spreading starts again)
 
 
 def _setup(pred: Any, defaults: Any, chunk: int, prices: Any) -> bytes | None:
@@ -263,43 +298,49 @@ class _Pool:
             self.failed_start = f"cannot start a worker process ({exc.strerror or exc})"
 
     def run(self, chunks: Iterator[list[Row]], local: _Answerer) -> Iterator[tuple[int, dict[str, str], Any]]:
-        """Every chunk's rows with their answers, in order. The calling process answers every ``n + 1``-th chunk
-        itself (the first while the workers start); each worker holds up to two chunks ahead, so it never waits
-        on the rows being written."""
+        """Every chunk's rows with their answers, in order. Each chunk is split between the processes by
+        :class:`_Router` (this one answers its part while the workers answer theirs); the workers hold the parts of
+        up to :data:`AHEAD` chunks, so they never wait on the rows being written."""
         if self.failed_start is not None:  # nothing sent: every chunk still to come runs in the calling process
             raise WorkerFailed(self.failed_start)
-        owners = cycle([None, *self.workers])
-        plan: deque[tuple[_Worker | None, list[Row]]] = deque()
-        ahead = 2 * (len(self.workers) + 1)
+        router = _Router(len(self.workers) + 1)
+        plan: deque[tuple[list[Row], list[int], list[Row]]] = deque()  # (chunk, owner per row, this process's part)
         ended = False
 
         def fill() -> None:
             nonlocal ended
-            while not ended and len(plan) < ahead:
-                part = next(chunks, None)
-                if part is None:
+            while not ended and len(plan) < AHEAD:
+                chunk = next(chunks, None)
+                if chunk is None:
                     ended = True
-                    for w in self.workers:  # no more chunks: each worker answers what it holds and exits
+                    for w in self.workers:  # no more parts: each worker answers what it holds and exits
                         w.send(None)
                     return
-                owner = next(owners)
-                if owner is not None:
-                    owner.send(pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL))
-                plan.append((owner, part))
+                owners = router.owners(chunk)
+                parts: list[list[Row]] = [[] for _ in range(router.n)]
+                for row, o in zip(chunk, owners):
+                    parts[o].append(row)
+                for w, part in zip(self.workers, parts[1:]):
+                    w.send(pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL))
+                plan.append((chunk, owners, parts[0]))
         fill()
         while plan:
-            owner, part = plan[0]
+            chunk, owners, own = plan[0]
             try:
-                got = local.answer(part) if owner is None else owner.receive()
-                if len(got) != len(part):
-                    raise WorkerFailed(f"a worker answered {len(got)} rows of a chunk of {len(part)}")
+                got = [local.answer(own), *(w.receive() for w in self.workers)]
+                sizes = [0] * router.n
+                for o in owners:
+                    sizes[o] += 1
+                if [len(g) for g in got] != sizes:
+                    raise WorkerFailed(f"a worker answered {sum(map(len, got))} rows of a chunk of {len(chunk)}")
             except WorkerFailed:
-                self.unanswered = [p for _, p in plan]
+                self.unanswered = [c for c, _, _ in plan]
                 raise
             plan.popleft()
             fill()
-            for (line, row, _), r in zip(part, got):
-                yield line, row, r
+            answers = [iter(g) for g in got]
+            for (line, row, _), o in zip(chunk, owners):
+                yield line, row, next(answers[o])
 
     def close(self) -> None:
         for w in self.workers:
@@ -339,7 +380,7 @@ def _serve(inp: IO[bytes], out: IO[bytes], make: Make) -> None:
     try:
         setup = pickle.loads(data)
         pred = Predictor(setup["models"], setup["catalog"])
-        local = _Answerer(make(pred, setup["defaults"], setup["chunk"], setup["prices"]), setup["chunk"])
+        local = _Answerer(make(pred, setup["defaults"], setup["chunk"], setup["prices"]))
         while True:
             msg = _read(inp)
             if msg is None:

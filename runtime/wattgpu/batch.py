@@ -22,7 +22,7 @@ import stat
 import tempfile
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import IO, Any, Callable, Iterator, Sequence
+from typing import IO, TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from . import record
 from .errors import (ArtifactError, ConfigFileError, ModelFitError, SpecValidationError, UnknownEntityError,
@@ -30,6 +30,9 @@ from .errors import (ArtifactError, ConfigFileError, ModelFitError, SpecValidati
 from .safeio import check_path_type, open_regular, wide_encoding, write_problem
 from .energy import Prices
 from .workload import WORKLOAD_CHOICES, WORKLOAD_NUMBERS, Workload
+
+if TYPE_CHECKING:
+    from .assemble import ModelMemo  # imported where a stream runs: batch stays light to import
 
 CHUNK_ROWS = 4096
 MAX_CSV_BYTES = 8 * 1024**3  # streamed, so this bounds run time rather than memory
@@ -348,7 +351,7 @@ def csv_answers(prices: Prices) -> Answer:
 
 
 def _predict_stream(rows: Iterator[tuple[int, dict[str, str], str | None]], defaults: Workload | None,
-                    predictor: Any, chunk: int, answer: Answer = _predictions, memo: Any = None,
+                    predictor: Any, chunk: int, answer: Answer = _predictions, memo: ModelMemo | None = None,
                     kept: ResolveCaches | None = None) -> Iterator[tuple[int, dict[str, str], Any]]:
     """Each CSV row as ``(line, row, result | RowError)``, ``chunk`` rows evaluated at a time; a result is
     what ``answer`` makes of the row (default: its Prediction). The chunks share one

@@ -117,7 +117,7 @@ class _Router:
 
     def owners(self, chunk: list[Row]) -> list[int]:
         """The process (0: the calling one) of each row of ``chunk``."""
-        owner, load = self.owner, self.load
+        owner, load, start = self.owner, self.load, list(self.load)
         out = []
         for _, cells, _ in chunk:
             key = (cells.get("gpu") or "", cells.get("llm") or "")
@@ -128,15 +128,9 @@ class _Router:
                     owner.clear()
             load[o] += 1
             out.append(o)
-        count = [0] * self.n
-        for o in out:
-            count[o] += 1
-        if max(count) > BALANCE * len(chunk) / self.n:
-            for o, c in enumerate(count):
-                load[o] -= c
+        if max(a - b for a, b in zip(load, start)) > BALANCE * len(chunk) / self.n:
             out = [k * self.n // len(chunk) for k in range(len(chunk))]
-            for o in out:
-                load[o] += 1
+            self.load = [b + out.count(o) for o, b in enumerate(start)]
         return out
 
 
@@ -304,7 +298,7 @@ class _Pool:
         if self.failed_start is not None:  # nothing sent: every chunk still to come runs in the calling process
             raise WorkerFailed(self.failed_start)
         router = _Router(len(self.workers) + 1)
-        plan: deque[tuple[list[Row], list[int], list[Row]]] = deque()  # (chunk, owner per row, this process's part)
+        plan: deque[tuple[list[Row], list[int], list[list[Row]]]] = deque()  # (chunk, owner per row, parts)
         ended = False
 
         def fill() -> None:
@@ -322,16 +316,13 @@ class _Pool:
                     parts[o].append(row)
                 for w, part in zip(self.workers, parts[1:]):
                     w.send(pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL))
-                plan.append((chunk, owners, parts[0]))
+                plan.append((chunk, owners, parts))
         fill()
         while plan:
-            chunk, owners, own = plan[0]
+            chunk, owners, parts = plan[0]
             try:
-                got = [local.answer(own), *(w.receive() for w in self.workers)]
-                sizes = [0] * router.n
-                for o in owners:
-                    sizes[o] += 1
-                if [len(g) for g in got] != sizes:
+                got = [local.answer(parts[0]), *(w.receive() for w in self.workers)]
+                if list(map(len, got)) != list(map(len, parts)):
                     raise WorkerFailed(f"a worker answered {sum(map(len, got))} rows of a chunk of {len(chunk)}")
             except WorkerFailed:
                 self.unanswered = [c for c, _, _ in plan]

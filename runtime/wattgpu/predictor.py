@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import stat
 import threading
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -122,18 +122,21 @@ class Predictor:
         together in one onnxruntime call per model."""
         return self.evaluate_rows(triples).predictions()
 
-    def evaluate_rows(self, triples: Sequence[Row]) -> "Evaluated":
-        """Every row's numbers in one vectorised pass; Predictions built on demand (:class:`Evaluated`)."""
+    def evaluate_rows(self, triples: Sequence[Row], checked: "Checked | None" = None) -> "Evaluated":
+        """Every row's numbers in one vectorised pass; Predictions built on demand (:class:`Evaluated`).
+        ``checked``: :meth:`check_rows` of these rows, when the caller kept it."""
         _check_sequence(triples)
         if not triples:
             return Evaluated(self.bundle, triples, [], [], {}, {}, {})
-        errors, all_cols = checks.row_errors(triples)
-        good = [i for i, r in enumerate(errors) if r is None]
+        errors, all_cols, good, cols = check_rows(triples) if checked is None else checked
         if not good:
             return Evaluated(self.bundle, triples, list(errors), [], {}, {}, {})
-        cols = assemble.take(all_cols, good, len(triples))
         numbers, mix = results.core(self.bundle, self._evaluate, [triples[i] for i in good], cols)
         return Evaluated(self.bundle, triples, list(errors), good, cols, numbers, mix, all_cols)
+
+    def check_rows(self, triples: Sequence[Row]) -> "Checked":
+        """:func:`check_rows`."""
+        return check_rows(triples)
 
     def predict_table(self, triples: Sequence[Row]) -> dict[str, Any]:
         """Array form of :meth:`predict_specs_safe` for large sweeps: no per-row objects or warnings.
@@ -165,6 +168,25 @@ class Predictor:
         _check_sequence(triples)
         checks.check_row_types(triples)
         return assemble.feature_vectors(self.bundle, triples)
+
+
+class Checked(NamedTuple):
+    """:meth:`Predictor.check_rows`: per row its error or None, every row's feature columns, the rows that can be
+    predicted, and their columns."""
+
+    errors: list[WattGPUError | None]
+    all_cols: Columns
+    good: list[int]
+    cols: Columns
+
+
+def check_rows(triples: Sequence[Row]) -> Checked:
+    """The rows' errors (:func:`wattgpu.checks.row_errors`, raising on a malformed row), their feature columns,
+    the rows that can be predicted and those rows' columns: all that depends on the rows' spec objects
+    alone, so a caller asking the same rows again may keep it (and must not write to the columns)."""
+    errors, all_cols = checks.row_errors(triples)
+    good = [i for i, r in enumerate(errors) if r is None]
+    return Checked(errors, all_cols, good, assemble.take(all_cols, good, len(triples)))
 
 
 class Evaluated:

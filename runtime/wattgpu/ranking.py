@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import field, fields, replace
 from functools import lru_cache
+from operator import itemgetter
 from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 from .frozen import dataclass
@@ -37,7 +38,7 @@ from .serving.fleet import EVEN_SPLIT, check_max_utilization, check_replicas
 from .launch import ContextPlan, context_plans, model_reference, vllm_args
 from .quant import with_dtype
 from .prediction import Prediction
-from .predictor import Predictor, default_predictor
+from .predictor import Predictor, check_rows, default_predictor
 from .results import memo_for
 from .workload import Workload
 
@@ -116,7 +117,7 @@ class RankResult:
     usd_per_kwh: float | None
     gco2_per_kwh: float | None
     pue: float
-    candidates: tuple[RankEntry, ...] = ()
+    candidates: Sequence[RankEntry] = ()  # a tuple, or the entries of a table built as they are read (:class:`Entries`)
     excluded: tuple[Excluded, ...] = field(default_factory=tuple)
     replicas: int | str | None = None
     tp: int | str = 1
@@ -452,7 +453,8 @@ def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None 
     split = None if tp_asked == "auto" else parallel.split_error(spec, int(tp_asked))
     if split is not None:  # the model's heads rule the degree out on every GPU: one error, not one per GPU
         raise split
-    rows, failed = _rows(gpu_specs, spec, wl, tp_asked)
+    asked = _asked(pred, gpu_specs, spec, wl, tp_asked, launch[1])
+    rows, failed = asked.rows, asked.failed
     ttft_sla = None if max_ttft_ms is None else float(max_ttft_ms)
     if replicas is not None:
         return _rank_fleet(pred, spec, rows, failed, wl, replicas, max_itl_ms, strict, sort, prices, tp_asked,
@@ -460,7 +462,13 @@ def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None 
     if max_itl_ms is not None or ttft_sla is not None:
         chosen, chosen_cols = _search(pred, rows, strict, max_itl_ms, ttft_sla)
     else:
-        evaluated = pred.evaluate_rows(rows)
+        evaluated = pred.evaluate_rows(rows, asked.checked)
+        if not strict and sort in _TABLE_SORTS and wl.kind != "server":
+            candidates_, excluded_ = _table_order(pred, asked, evaluated, sort, prices, dtype, launch[0])
+            return RankResult(llm=spec.name, workload=wl, sort=sort, max_itl_ms=None, strict=False,
+                              sla_basis="point prediction", usd_per_kwh=usd_per_kwh, gco2_per_kwh=gco2_per_kwh,
+                              pue=pue, candidates=candidates_, excluded=excluded_, tp=tp_asked, max_ttft_ms=None,
+                              usd_per_gpu_hour=usd_per_gpu_hour, max_utilization=None)
         chosen = [(r, row, None, None) for r, row in zip(evaluated.predictions(), rows)]
         chosen_cols = evaluated.all_cols
     candidates: list[RankEntry] = []
@@ -498,6 +506,135 @@ def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None 
                       strict=strict, sla_basis=basis, usd_per_kwh=usd_per_kwh, gco2_per_kwh=gco2_per_kwh, pue=pue,
                       candidates=tuple(candidates), excluded=tuple(e for _, e in excluded), tp=tp_asked,
                       max_ttft_ms=ttft_sla, usd_per_gpu_hour=usd_per_gpu_hour, max_utilization=headroom)
+
+
+_TABLE_SORTS = ("energy", "power", "itl")  # sort keys read from the numbers alone (cost reads each entry's prices)
+
+
+class _Asked:
+    """What a rank question reads of its spec objects alone (the GPUs, the LLM, the workload, the group size and
+    the context asked): its rows, the GPUs with no group, and, when first read, the rows' checks and feature
+    columns (:meth:`Predictor.check_rows`) and context plans. Kept per question in the bundle's row memo
+    (:meth:`wattgpu.results.RowMemo.question_get`), so a question asked again computes no feature; its arrays are
+    read-only."""
+
+    def __init__(self, gpus: Sequence[Any], spec: Any, wl: Workload, tp: int | str,
+                 max_model_len: int | None) -> None:
+        self._max_model_len = max_model_len
+        self.rows, self.failed = _rows(gpus, spec, wl, tp)
+        self._checked: Any = None
+        self._plans: list[ContextPlan] | None = None
+
+    @property
+    def checked(self) -> Any:
+        """:meth:`Predictor.check_rows` of the rows."""
+        if self._checked is None:
+            checked = check_rows(self.rows)
+            for cols in (checked.all_cols, checked.cols):
+                for v in cols.values():
+                    v.flags.writeable = False
+            self._checked = checked
+        return self._checked
+
+    @property
+    def plans(self) -> list[ContextPlan]:
+        """:func:`wattgpu.launch.context_plans` of the rows."""
+        if self._plans is None:
+            self._plans = context_plans(self.rows, self._max_model_len, self.checked.all_cols)
+        return self._plans
+
+
+def _asked(pred: Any, gpus: Sequence[Any], spec: Any, wl: Workload, tp: int | str,
+           max_model_len: int | None) -> _Asked:
+    """The question's :class:`_Asked`, kept in the row memo."""
+    memo = memo_for(pred.bundle)
+    key = ("rank", tuple(map(id, gpus)), id(spec), wl, tp, max_model_len)
+    objs = (*gpus, spec)
+    hit = memo.question_get(key, objs)
+    if hit is None:
+        hit = _Asked(gpus, spec, wl, tp, max_model_len)
+        memo.question_put(key, objs, hit)
+    return hit
+
+
+class Entries(Sequence[RankEntry]):
+    """A rank's candidates in order, each :class:`RankEntry` built the first time it is read (a whole-catalog rank
+    is decided on the numbers alone; building every entry costs as much again). Reads like a tuple."""
+
+    __slots__ = ("_make", "_order", "_built")
+
+    def __init__(self, make: Callable[[int], RankEntry], order: Sequence[int]) -> None:
+        self._make, self._order = make, list(order)
+        self._built: list[RankEntry | None] = [None] * len(self._order)
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def _at(self, k: int) -> RankEntry:
+        e = self._built[k]
+        if e is None:
+            e = self._built[k] = self._make(self._order[k])
+        return e
+
+    def __getitem__(self, k: Any) -> Any:
+        if isinstance(k, slice):
+            return tuple(self._at(j) for j in range(*k.indices(len(self._order))))
+        return self._at(range(len(self._order))[k])  # negative indices, IndexError as a tuple's
+
+    def __iter__(self) -> Any:
+        return (self._at(k) for k in range(len(self._order)))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (Entries, tuple)):
+            return tuple(self) == tuple(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(tuple(self))
+
+    def __reduce__(self) -> Any:
+        return tuple, (tuple(self),)
+
+
+def _table_order(pred: Any, asked: _Asked, ev: Any, sort: str, prices: Prices, dtype: str | None,
+                 model: str | None) -> tuple[Entries, tuple[Excluded, ...]]:
+    """The candidates (built as read) and exclusions of a rank with no SLA, no fleet and no headroom order,
+    decided on the evaluated numbers: the same entries, order and exclusions as the entry-by-entry path."""
+    rows = asked.rows
+    errors: dict[str, tuple[int, WattGPUError]] = dict(asked.failed)
+    served: set[str] = set()
+    order: list[tuple[tuple[Any, ...], int]] = []
+    if ev.slot:
+        power, per_token, itl, bad = (ev.numbers[k].tolist() for k in (
+            "power_w", "system_s_per_token", "itl_s", "not_finite"))
+    for i, (g, _, w) in enumerate(rows):
+        k = ev.slot.get(i)
+        if k is None or bad[k]:
+            err = ev.prediction(i)  # the row's WattGPUError
+            if g.name not in errors or w.tp >= errors[g.name][0]:
+                errors[g.name] = (w.tp, err)
+            continue
+        served.add(g.name)
+        total = power[k] * w.tp  # RankEntry.total_power_w, j_per_token: the same float operations
+        first = total * per_token[k] if sort == "energy" else total if sort == "power" else itl[k]
+        order.append(((first, g.name, w.tp), i))
+    order.sort(key=itemgetter(0))
+    excluded: list[tuple[tuple[int, float, str, int], Excluded]] = []
+    _add_failed(excluded, errors, served)
+    excluded.sort(key=lambda t: t[0])
+    trained = _trained_gpus(pred)
+
+    def make(i: int) -> RankEntry:
+        r = ev.prediction(i)
+        if isinstance(r, WattGPUError):
+            raise r
+        row = rows[i]
+        return _entry(r, False, prices, row=row, dtype=dtype, model=model, plan=asked.plans[i],
+                      measured=_measured(trained, row[0].name))
+
+    return Entries(make, [i for _, i in order]), tuple(e for _, e in excluded)
 
 
 IDLE_FLEET_FACTOR = 2.0  # a fleet with this many times the replicas its capacity needs says why

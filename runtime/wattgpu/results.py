@@ -449,6 +449,7 @@ class RowMemo:
     TABLES_LIMIT = 16
     TABLE_SETUPS = 512  # longer lists of set-ups are not kept
     COMPILED_LIMIT = 256  # compiled one-row load paths (~30 KB each: code and the constants it holds): ~8 MB
+    QUESTIONS_LIMIT = 32  # whole questions' rows and feature columns (a whole-catalog rank: ~60 rows × ~200 columns)
 
     def __init__(self) -> None:
         self.specs: dict[tuple[int, Any, tuple[Any, ...]], tuple[Any, Any]] = {}
@@ -463,6 +464,8 @@ class RowMemo:
         # per set-up and load fields but the concurrency: a compiled one-row load path (wattgpu.single.compiled_numbers)
         self.compiled: dict[tuple[Any, ...], tuple[Any, Any, Any]] = {}
         self._n_compiled = 0  # how many of its values are compiled paths
+        # per question (e.g. a rank's GPUs, LLM, workload and group size): what depends on its spec objects alone
+        self.questions: dict[tuple[Any, ...], tuple[tuple[Any, ...], Any]] = {}
 
     def clear(self) -> None:
         """Forget everything (the objects it holds can then be freed), and the kept slot waits
@@ -476,6 +479,7 @@ class RowMemo:
         self.tables.clear()
         self.compiled.clear()
         self._n_compiled = 0
+        self.questions.clear()
         latency.forget_waits()
         raw_columns.forget_setups()
 
@@ -547,6 +551,19 @@ class RowMemo:
         for v in arrays.values():
             v.flags.writeable = False
         self.tables[tuple(keys)] = ([r[0] for r in rows], [r[1] for r in rows], arrays)
+
+    def question_get(self, key: tuple[Any, ...], objs: Sequence[Any]) -> Any:
+        """What :meth:`question_put` kept under ``key`` for the spec objects ``objs`` (each the same object), or None."""
+        hit = self.questions.get(key)
+        if hit is None or len(hit[0]) != len(objs) or not all(map(operator.is_, hit[0], objs)):
+            return None
+        return hit[1]
+
+    def question_put(self, key: tuple[Any, ...], objs: Sequence[Any], value: Any) -> None:
+        """Keep ``value`` under ``key`` while ``objs`` (the spec objects it was derived from) are the ones asked."""
+        if len(self.questions) >= self.QUESTIONS_LIMIT:
+            self.questions.clear()
+        self.questions[key] = (tuple(objs), value)
 
     def mix_get(self, key: tuple[Any, ...], row: Row) -> dict[str, Any] | None:
         """The memoised server state of ``row`` under ``key`` (:func:`server_mixes`), or None."""

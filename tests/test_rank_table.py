@@ -1,0 +1,122 @@
+"""The whole-catalog rank decided on the evaluated numbers (``wattgpu.ranking._table_order``): the same answer as
+the entry-by-entry path, entries built as they are read, and a question asked again computing no feature.
+
+No predicted number is hard-coded: every assertion compares the two paths or checks a relation."""
+import itertools
+import json
+import pickle
+
+import pytest
+
+import wattgpu
+from wattgpu import Workload, checks, ranking
+from wattgpu.predictor import default_predictor
+from wattgpu.results import memo_for
+
+LLM = "meta-llama/Llama-3.1-8B-Instruct"
+
+
+def _answer(llm, wl, **kw):
+    try:
+        return json.dumps(wattgpu.rank(llm, wl, **kw).to_dict(), sort_keys=True, default=str)
+    except wattgpu.WattGPUError as exc:
+        return f"error: {exc}"
+
+
+def _entry_by_entry(monkeypatch, llm, wl, **kw):
+    with monkeypatch.context() as m:
+        m.setattr(ranking, "_TABLE_SORTS", ())  # every rank takes the entry-by-entry path
+        return _answer(llm, wl, **kw)
+
+
+WORKLOADS = [Workload(), Workload(kind="closed_loop", concurrency=8, input_tokens=2048, output_tokens=128),
+             Workload(max_batch=16, tp=2)]
+
+
+@pytest.mark.parametrize("llm", ["meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-70B-Instruct", "deepseek-ai/DeepSeek-V3.1",
+                                 "mistralai/Mixtral-8x7B-Instruct-v0.1", "google/gemma-2-9b-it"])
+def test_table_path_answers_as_the_entry_path(monkeypatch, llm):
+    pred = default_predictor()
+    if not any(m.name == llm for m in pred.catalog.llms):
+        pytest.skip(f"{llm} not in the catalog")
+    for wl, sort, tp in itertools.product(WORKLOADS, ("energy", "power", "itl"), (None, "auto")):
+        for extra in ({}, {"max_model_len": 4096, "dtype": "fp8", "usd_per_kwh": 0.12}):
+            table = _answer(llm, wl, sort=sort, tp=tp, **extra)
+            assert table == _entry_by_entry(monkeypatch, llm, wl, sort=sort, tp=tp, **extra), (wl, sort, tp, extra)
+
+
+def test_table_path_answers_a_gpu_list_and_a_repeat_alike(monkeypatch):
+    gpus = ["H100-SXM5-80GB", "A100-SXM4-40GB", "L4", "T4"]
+    pred = default_predictor()
+    gpus = [g for g in gpus if g in {s.name for s in pred.catalog.gpus}] or [pred.catalog.gpus[0].name]
+    first = _answer(LLM, Workload(), gpus=gpus)
+    assert first == _answer(LLM, Workload(), gpus=gpus) == _entry_by_entry(monkeypatch, LLM, Workload(), gpus=gpus)
+
+
+def test_entries_read_like_a_tuple():
+    res = wattgpu.rank(LLM)
+    c = res.candidates
+    assert isinstance(c, ranking.Entries)
+    whole = tuple(c)
+    assert len(whole) == len(c) > 2
+    assert c[0] is whole[0] is res.best and c[-1] is whole[-1]
+    assert c[1:3] == whole[1:3] and isinstance(c[1:3], tuple)
+    assert c == whole and whole == c and c != whole[:-1]
+    with pytest.raises(IndexError):
+        c[len(c)]
+    again = pickle.loads(pickle.dumps(c))
+    assert [e.to_dict() for e in again] == [e.to_dict() for e in whole]
+    e = [x.j_per_token for x in c]
+    assert e == sorted(e)
+
+
+def test_entries_are_built_when_read(monkeypatch):
+    built = []
+    real = ranking._entry
+
+    def counting(*a, **kw):
+        built.append(1)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(ranking, "_entry", counting)
+    res = wattgpu.rank(LLM)
+    assert not built
+    res.best
+    assert len(built) == 1
+    res.to_dict()
+    assert len(built) == len(res.candidates)
+
+
+def test_a_question_asked_again_computes_no_feature(monkeypatch):
+    pred = default_predictor()
+    memo_for(pred.bundle).clear()
+    calls = []
+    real = checks.row_errors
+    monkeypatch.setattr(checks, "row_errors", lambda rows: calls.append(len(rows)) or real(rows))
+    first = wattgpu.rank(LLM, Workload(max_batch=32)).to_dict()
+    assert calls == [len(pred.catalog.gpus)]
+    assert wattgpu.rank(LLM, Workload(max_batch=32)).to_dict() == first  # an equal workload: the same question
+    assert len(calls) == 1
+    wattgpu.rank(LLM, Workload(max_batch=64))
+    assert len(calls) == 2
+    memo_for(pred.bundle).clear()
+    assert wattgpu.rank(LLM, Workload(max_batch=32)).to_dict() == first
+    assert len(calls) == 3
+
+
+def test_kept_columns_are_read_only():
+    pred = default_predictor()
+    spec = pred.resolve_llm(LLM)
+    asked = ranking._asked(pred, list(pred.catalog.gpus), spec, Workload(), 1, None)
+    assert asked is ranking._asked(pred, list(pred.catalog.gpus), spec, Workload(), 1, None)
+    col = next(iter(asked.checked.all_cols.values()))
+    with pytest.raises(ValueError):
+        col[0] = 0.0
+
+
+def test_a_gpu_spec_of_the_same_name_is_another_question():
+    pred = default_predictor()
+    spec = pred.resolve_llm(LLM)
+    gpus = list(pred.catalog.gpus)
+    twin = [wattgpu.specs.GpuSpec(**{**g.__dict__}) if i == 0 else g for i, g in enumerate(gpus)]
+    assert ranking._asked(pred, gpus, spec, Workload(), 1, None) is not ranking._asked(pred, twin, spec, Workload(), 1, None)

@@ -30,7 +30,8 @@ def _entry_by_entry(monkeypatch, llm, wl, **kw):
 
 
 WORKLOADS = [Workload(), Workload(kind="closed_loop", concurrency=8, input_tokens=2048, output_tokens=128),
-             Workload(max_batch=16, tp=2)]
+             Workload(max_batch=16, tp=2), Workload(kind="server", qps=1.0),  # a server: the headroom order
+             Workload(kind="server", qps=10.0, input_tokens=1024)]  # some GPUs overloaded, some above the headroom
 
 
 @pytest.mark.parametrize("llm", ["meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-70B-Instruct", "deepseek-ai/DeepSeek-V3.1",
@@ -40,9 +41,19 @@ def test_table_path_answers_as_the_entry_path(monkeypatch, llm):
     if not any(m.name == llm for m in pred.catalog.llms):
         pytest.skip(f"{llm} not in the catalog")
     for wl, sort, tp in itertools.product(WORKLOADS, ("energy", "power", "itl"), (None, "auto")):
-        for extra in ({}, {"max_model_len": 4096, "dtype": "fp8", "usd_per_kwh": 0.12}):
+        for extra in ({}, {"max_model_len": 4096, "dtype": "fp8", "usd_per_kwh": 0.12}, {"max_utilization": 0.5}):
+            if "max_utilization" in extra and wl.kind != "server":
+                continue
             table = _answer(llm, wl, sort=sort, tp=tp, **extra)
             assert table == _entry_by_entry(monkeypatch, llm, wl, sort=sort, tp=tp, **extra), (wl, sort, tp, extra)
+
+
+def test_the_server_workload_compared_has_both_exclusions_and_the_headroom_order():
+    res = wattgpu.rank(LLM, WORKLOADS[-1])
+    assert isinstance(res.candidates, ranking.Entries)
+    assert any(e.reason_kind == "overloaded" and e.entry is not None for e in res.excluded)
+    late = [any("headroom" in w for w in c.warnings) for c in res.candidates]
+    assert any(late) and late == sorted(late), "the candidates above the headroom come last"
 
 
 def test_table_path_answers_a_gpu_list_and_a_repeat_alike(monkeypatch):

@@ -463,12 +463,14 @@ def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None 
         chosen, chosen_cols = _search(pred, rows, strict, max_itl_ms, ttft_sla)
     else:
         evaluated = pred.evaluate_rows(rows, asked.checked)
-        if not strict and sort in _TABLE_SORTS and wl.kind != "server":
-            candidates_, excluded_ = _table_order(pred, asked, evaluated, sort, prices, dtype, launch[0])
+        if not strict and sort in _TABLE_SORTS:
+            room = util_target if wl.kind == "server" else None
+            candidates_, excluded_ = _table_order(pred, asked, evaluated, sort, prices, dtype, launch[0],
+                                                  float(wl.qps or 0.0), room)
             return RankResult(llm=spec.name, workload=wl, sort=sort, max_itl_ms=None, strict=False,
                               sla_basis="point prediction", usd_per_kwh=usd_per_kwh, gco2_per_kwh=gco2_per_kwh,
                               pue=pue, candidates=candidates_, excluded=excluded_, tp=tp_asked, max_ttft_ms=None,
-                              usd_per_gpu_hour=usd_per_gpu_hour, max_utilization=None)
+                              usd_per_gpu_hour=usd_per_gpu_hour, max_utilization=room)
         chosen = [(r, row, None, None) for r, row in zip(evaluated.predictions(), rows)]
         chosen_cols = evaluated.all_cols
     candidates: list[RankEntry] = []
@@ -599,16 +601,28 @@ class Entries(Sequence[RankEntry]):
 
 
 def _table_order(pred: Any, asked: _Asked, ev: Any, sort: str, prices: Prices, dtype: str | None,
-                 model: str | None) -> tuple[Entries, tuple[Excluded, ...]]:
-    """The candidates (built as read) and exclusions of a rank with no SLA, no fleet and no headroom order,
-    decided on the evaluated numbers: the same entries, order and exclusions as the entry-by-entry path."""
+                 model: str | None, qps: float, headroom: float | None) -> tuple[Entries, tuple[Excluded, ...]]:
+    """The candidates (built as read) and exclusions of a rank with no SLA, no fleet and no ``strict`` bound,
+    decided on the evaluated numbers (a server at rate ``qps`` in the ``headroom`` order, :func:`headroom_order`):
+    the same entries, order and exclusions as the entry-by-entry path."""
     rows = asked.rows
     errors: dict[str, tuple[int, WattGPUError]] = dict(asked.failed)
     served: set[str] = set()
     order: list[tuple[tuple[Any, ...], int]] = []
+    excluded: list[tuple[tuple[int, float, str, int], Excluded]] = []
+    trained = _trained_gpus(pred)
+
+    def make(i: int, measured: bool = True) -> RankEntry:
+        r = ev.prediction(i)
+        if isinstance(r, WattGPUError):
+            raise r
+        row = rows[i]
+        return _entry(r, False, prices, row=row, dtype=dtype, model=model, plan=asked.plans[i],
+                      measured=_measured(trained, row[0].name) if measured else None)
+
     if ev.slot:
-        power, per_token, itl, bad = (ev.numbers[k].tolist() for k in (
-            "power_w", "system_s_per_token", "itl_s", "not_finite"))
+        power, per_token, itl, bad, over, max_qps = (ev.numbers[k].tolist() for k in (
+            "power_w", "system_s_per_token", "itl_s", "not_finite", "overloaded", "max_qps"))
     for i, (g, _, w) in enumerate(rows):
         k = ev.slot.get(i)
         if k is None or bad[k]:
@@ -617,24 +631,26 @@ def _table_order(pred: Any, asked: _Asked, ev: Any, sort: str, prices: Prices, d
                 errors[g.name] = (w.tp, err)
             continue
         served.add(g.name)
+        if over[k]:
+            cap = float(max_qps[k] or 0.0)
+            excluded.append(((0, -cap, g.name, w.tp), Excluded(g.name, "overloaded", capacity.overload_message(qps, cap),
+                                                               make(i, False), tp=w.tp)))
+            continue
         total = power[k] * w.tp  # RankEntry.total_power_w, j_per_token: the same float operations
         first = total * per_token[k] if sort == "energy" else total if sort == "power" else itl[k]
         order.append(((first, g.name, w.tp), i))
     order.sort(key=itemgetter(0))
-    excluded: list[tuple[tuple[int, float, str, int], Excluded]] = []
     _add_failed(excluded, errors, served)
     excluded.sort(key=lambda t: t[0])
-    trained = _trained_gpus(pred)
-
-    def make(i: int) -> RankEntry:
-        r = ev.prediction(i)
-        if isinstance(r, WattGPUError):
-            raise r
-        row = rows[i]
-        return _entry(r, False, prices, row=row, dtype=dtype, model=model, plan=asked.plans[i],
-                      measured=_measured(trained, row[0].name))
-
-    return Entries(make, [i for _, i in order]), tuple(e for _, e in excluded)
+    ranked = [i for _, i in order]
+    if headroom is None or not ranked:
+        return Entries(make, ranked), tuple(e for _, e in excluded)
+    util = ev.numbers["utilization"].tolist()
+    within = [i for i in ranked if util[ev.slot[i]] <= headroom + 1e-12]  # headroom_order's split, on the numbers
+    above = [i for i in ranked if util[ev.slot[i]] > headroom + 1e-12]
+    marked = set(above)
+    return (Entries(lambda i: above_headroom(make(i), headroom) if i in marked else make(i), within + above),
+            tuple(e for _, e in excluded))
 
 
 IDLE_FLEET_FACTOR = 2.0  # a fleet with this many times the replicas its capacity needs says why
@@ -672,11 +688,15 @@ def headroom_order(candidates: Sequence[RankEntry], target: float) -> list[RankE
     a GPU run at 85 % of its capacity queues requests sharply more for any burst (its TTFT grows as
     1 / (1 − utilization))."""
     within = [c for c in candidates if c.utilization is None or c.utilization <= target + 1e-12]
-    above = [replace(c, warnings=(*c.warnings, f"runs at {c.utilization:.0%} of its capacity, above the "
-                                  f"{target:.0%} headroom (--max-utilization): ranked after the GPUs within it; "
-                                  "--replicas auto adds replicas instead"))
-             for c in candidates if c.utilization is not None and c.utilization > target + 1e-12]
-    return within + above
+    return within + [above_headroom(c, target) for c in candidates
+                     if c.utilization is not None and c.utilization > target + 1e-12]
+
+
+def above_headroom(c: RankEntry, target: float) -> RankEntry:
+    """Candidate ``c`` (above the utilization ``target``) with the warning that says so."""
+    return replace(c, warnings=(*c.warnings, f"runs at {c.utilization:.0%} of its capacity, above the "
+                                f"{target:.0%} headroom (--max-utilization): ranked after the GPUs within it; "
+                                "--replicas auto adds replicas instead"))
 
 
 def _add_failed(excluded: list[tuple[tuple[int, float, str, int], Excluded]],

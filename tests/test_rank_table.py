@@ -1,5 +1,5 @@
-"""The whole-catalog rank decided on the evaluated numbers (``wattgpu.ranking._table_order``): the same answer as
-the entry-by-entry path, entries built as they are read, and a question asked again computing no feature.
+"""The whole-catalog rank decided on the evaluated numbers (``wattgpu.ranking._table_order``), with and without an
+SLA's batch-cap search: the same answer as the entry-by-entry path, entries built as they are read, and a question asked again computing no feature.
 
 No predicted number is hard-coded: every assertion compares the two paths or checks a relation."""
 import itertools
@@ -41,7 +41,8 @@ def test_table_path_answers_as_the_entry_path(monkeypatch, llm):
     if not any(m.name == llm for m in pred.catalog.llms):
         pytest.skip(f"{llm} not in the catalog")
     for wl, sort, tp in itertools.product(WORKLOADS, ("energy", "power", "itl"), (None, "auto")):
-        for extra in ({}, {"max_model_len": 4096, "dtype": "fp8", "usd_per_kwh": 0.12}, {"max_utilization": 0.5}):
+        for extra in ({}, {"max_model_len": 4096, "dtype": "fp8", "usd_per_kwh": 0.12}, {"max_utilization": 0.5},
+                      {"max_itl_ms": 30.0}, {"max_itl_ms": 80.0, "max_ttft_ms": 400.0}, {"max_ttft_ms": 150.0}):
             if "max_utilization" in extra and wl.kind != "server":
                 continue
             table = _answer(llm, wl, sort=sort, tp=tp, **extra)
@@ -54,6 +55,14 @@ def test_the_server_workload_compared_has_both_exclusions_and_the_headroom_order
     assert any(e.reason_kind == "overloaded" and e.entry is not None for e in res.excluded)
     late = [any("headroom" in w for w in c.warnings) for c in res.candidates]
     assert any(late) and late == sorted(late), "the candidates above the headroom come last"
+
+
+def test_an_sla_rank_has_every_kind_of_exclusion_the_entry_path_has():
+    res = wattgpu.rank(LLM, WORKLOADS[-1], max_itl_ms=30.0)
+    assert isinstance(res.candidates, ranking.Entries) and len(res.candidates) > 0
+    kinds = {e.reason_kind for e in res.excluded}
+    assert {"misses_sla", "does_not_fit"} <= kinds or {"misses_sla", "overloaded"} <= kinds, kinds
+    assert all(c.itl_s * 1e3 <= 30.0 for c in res.candidates)
 
 
 def test_table_path_answers_a_gpu_list_and_a_repeat_alike(monkeypatch):
@@ -131,3 +140,25 @@ def test_a_gpu_spec_of_the_same_name_is_another_question():
     gpus = list(pred.catalog.gpus)
     twin = [wattgpu.specs.GpuSpec(**{**g.__dict__}) if i == 0 else g for i, g in enumerate(gpus)]
     assert ranking._asked(pred, gpus, spec, Workload(), 1, None) is not ranking._asked(pred, twin, spec, Workload(), 1, None)
+
+
+def test_threads_reading_one_result_see_the_same_entries():
+    from concurrent.futures import ThreadPoolExecutor
+
+    res = wattgpu.rank(LLM, Workload(kind="server", qps=10.0, input_tokens=1024), max_itl_ms=80.0)
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(lambda _: json.dumps(res.to_dict(), sort_keys=True), range(8)))
+    assert len(set(answers)) == 1
+    assert answers[0] == json.dumps(res.to_dict(), sort_keys=True)
+
+
+def test_threads_ranking_at_once_answer_as_one():
+    from concurrent.futures import ThreadPoolExecutor
+
+    memo_for(default_predictor().bundle).clear()  # every thread may fill the question memo
+    asks = [(Workload(), None), (Workload(kind="server", qps=2.0), 60.0)] * 4
+    alone = [_answer(LLM, wl, max_itl_ms=sla) for wl, sla in asks[:2]]
+    memo_for(default_predictor().bundle).clear()
+    with ThreadPoolExecutor(4) as pool:
+        together = list(pool.map(lambda a: _answer(LLM, a[0], max_itl_ms=a[1]), asks))
+    assert together == alone * 4

@@ -313,12 +313,23 @@ def search_caps(pred: Any, rows: Sequence[tuple[Any, Any, Workload]], strict: bo
 def _search(pred: Any, rows: Sequence[tuple[Any, Any, Workload]], strict: bool, max_itl_ms: float | None,
             max_ttft_ms: float | None) -> tuple[list[tuple[Any, tuple[Any, Any, Workload], str | None, str | None]],
                                                 F.Columns | None]:
+    """:func:`_search_where` with each chosen row's Prediction (or WattGPUError) in place of where it was
+    evaluated: (prediction or error, the row at the chosen cap, exclusion kind or None, reason or None)."""
+    picks, cols = _search_where(pred, rows, strict, max_itl_ms, max_ttft_ms)
+    return [(ev.prediction(j), row, kind, why) for ev, j, row, kind, why in picks], cols
+
+
+Pick = tuple[Any, int, tuple[Any, Any, Workload], "str | None", "str | None"]  # (Evaluated, its row, the row, kind, why)
+
+
+def _search_where(pred: Any, rows: Sequence[tuple[Any, Any, Workload]], strict: bool, max_itl_ms: float | None,
+                  max_ttft_ms: float | None) -> tuple[list[Pick], F.Columns | None]:
     """Per row: the batch cap meeting the ITL and TTFT SLAs at the lowest energy per token (the largest cap
     within ``ENERGY_TIE`` of it), from the caps :func:`_tried` evaluates; the chosen rows' Predictions come from
     that pass, or, for rows whose options were kept from an earlier call, from one pass of the chosen rows.
 
-    Returns (prediction or error, the row at the chosen cap, exclusion kind or
-    None, reason or None); a row that cannot be predicted at the cap asked for gets its error. A row is excluded
+    Returns (the :class:`Evaluated` holding the row at the chosen cap, its index there, that row, exclusion kind
+    or None, reason or None); a row that cannot be predicted at the cap asked for is chosen there (its error). A row is excluded
     for the SLA only when no cap meets it: "misses SLA even at
     batch 1: …" when batch 1 already misses the ITL, else the best cap's miss; "overloaded" when every cap is.
     Also returns the chosen rows' feature columns when one pass evaluated exactly those rows (else None)."""
@@ -335,8 +346,7 @@ def _search(pred: Any, rows: Sequence[tuple[Any, Any, Workload]], strict: bool, 
         ev = pred.evaluate_rows([chosen[i] for i in missing])
         evaluated.update(((i, choice[i][0]), (ev, j)) for j, i in enumerate(missing))
         cols = ev.all_cols if len(missing) == len(rows) else None  # every chosen row, in order
-    return [(evaluated[(i, b)][0].prediction(evaluated[(i, b)][1]), row, kind, why)
-            for i, (row, (b, kind, why)) in enumerate(zip(chosen, choice))], cols
+    return [(*evaluated[(i, b)], row, kind, why) for i, (row, (b, kind, why)) in enumerate(zip(chosen, choice))], cols
 
 
 def _choose(options: tuple[_Option, ...], max_itl_ms: float | None, max_ttft_ms: float | None,
@@ -460,19 +470,22 @@ def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None 
         return _rank_fleet(pred, spec, rows, failed, wl, replicas, max_itl_ms, strict, sort, prices, tp_asked,
                            ttft_sla, util_target, dtype, launch)
     if max_itl_ms is not None or ttft_sla is not None:
-        chosen, chosen_cols = _search(pred, rows, strict, max_itl_ms, ttft_sla)
+        picks, chosen_cols = _search_where(pred, rows, strict, max_itl_ms, ttft_sla)
     else:
         evaluated = pred.evaluate_rows(rows, asked.checked)
-        if not strict and sort in _TABLE_SORTS:
-            room = util_target if wl.kind == "server" else None
-            candidates_, excluded_ = _table_order(pred, asked, evaluated, sort, prices, dtype, launch[0],
-                                                  float(wl.qps or 0.0), room)
-            return RankResult(llm=spec.name, workload=wl, sort=sort, max_itl_ms=None, strict=False,
-                              sla_basis="point prediction", usd_per_kwh=usd_per_kwh, gco2_per_kwh=gco2_per_kwh,
-                              pue=pue, candidates=candidates_, excluded=excluded_, tp=tp_asked, max_ttft_ms=None,
-                              usd_per_gpu_hour=usd_per_gpu_hour, max_utilization=room)
-        chosen = [(r, row, None, None) for r, row in zip(evaluated.predictions(), rows)]
-        chosen_cols = evaluated.all_cols
+        picks, chosen_cols = [(evaluated, i, row, None, None) for i, row in enumerate(rows)], evaluated.all_cols
+    if not strict and sort in _TABLE_SORTS:
+        room = util_target if wl.kind == "server" else None
+        plans_of = (lambda: asked.plans) if max_itl_ms is None and ttft_sla is None else \
+            (lambda: context_plans([p[2] for p in picks], launch[1], chosen_cols))
+        candidates_, excluded_ = _table_order(pred, picks, failed, plans_of, sort, prices, dtype, launch[0],
+                                              float(wl.qps or 0.0), room)
+        return RankResult(llm=spec.name, workload=wl, sort=sort,
+                          max_itl_ms=None if max_itl_ms is None else float(max_itl_ms), strict=False,
+                          sla_basis="point prediction", usd_per_kwh=usd_per_kwh, gco2_per_kwh=gco2_per_kwh,
+                          pue=pue, candidates=candidates_, excluded=excluded_, tp=tp_asked, max_ttft_ms=ttft_sla,
+                          usd_per_gpu_hour=usd_per_gpu_hour, max_utilization=room)
+    chosen = [(ev.prediction(j), row, kind, why) for ev, j, row, kind, why in picks]
     candidates: list[RankEntry] = []
     excluded: list[tuple[tuple[int, float, str, int], Excluded]] = []
     basis = "point prediction"
@@ -600,44 +613,72 @@ class Entries(Sequence[RankEntry]):
         return tuple, (tuple(self),)
 
 
-def _table_order(pred: Any, asked: _Asked, ev: Any, sort: str, prices: Prices, dtype: str | None,
+class _Numbers(NamedTuple):
+    """What :func:`_table_order` reads of an :class:`Evaluated`'s numbers, as lists (no numpy scalar per read)."""
+
+    power: list[float]
+    per_token: list[float]
+    itl: list[float]
+    bad: list[bool]
+    over: list[bool]
+    max_qps: list[float]
+    util: list[float]
+
+    @classmethod
+    def of(cls, ev: Any) -> "_Numbers":
+        if not ev.slot:
+            return cls([], [], [], [], [], [], [])
+        return cls(*(ev.numbers[k].tolist() for k in ("power_w", "system_s_per_token", "itl_s", "not_finite",
+                                                      "overloaded", "max_qps", "utilization")))
+
+
+def _table_order(pred: Any, picks: Sequence[Pick], failed: Mapping[str, tuple[int, WattGPUError]],
+                 plans_of: Callable[[], list[ContextPlan]], sort: str, prices: Prices, dtype: str | None,
                  model: str | None, qps: float, headroom: float | None) -> tuple[Entries, tuple[Excluded, ...]]:
-    """The candidates (built as read) and exclusions of a rank with no SLA, no fleet and no ``strict`` bound,
-    decided on the evaluated numbers (a server at rate ``qps`` in the ``headroom`` order, :func:`headroom_order`):
-    the same entries, order and exclusions as the entry-by-entry path."""
-    rows = asked.rows
-    errors: dict[str, tuple[int, WattGPUError]] = dict(asked.failed)
+    """The candidates (built as read) and exclusions of a rank with no fleet and no ``strict`` bound, decided on
+    the numbers of each row where it was evaluated (``picks``: at its chosen cap, with the SLA's exclusion if
+    any); a server at rate ``qps`` in the ``headroom`` order (:func:`headroom_order`); ``plans_of`` gives the
+    picked rows' context plans when the first entry is built. The same entries, order and exclusions as the
+    entry-by-entry path (tests/test_rank_table.py)."""
+    errors: dict[str, tuple[int, WattGPUError]] = dict(failed)
     served: set[str] = set()
     order: list[tuple[tuple[Any, ...], int]] = []
     excluded: list[tuple[tuple[int, float, str, int], Excluded]] = []
     trained = _trained_gpus(pred)
+    plans: list[list[ContextPlan]] = []
 
     def make(i: int, measured: bool = True) -> RankEntry:
-        r = ev.prediction(i)
+        ev, j, row = picks[i][:3]
+        r = ev.prediction(j)
         if isinstance(r, WattGPUError):
             raise r
-        row = rows[i]
-        return _entry(r, False, prices, row=row, dtype=dtype, model=model, plan=asked.plans[i],
+        if not plans:
+            plans.append(plans_of())
+        return _entry(r, False, prices, row=row, dtype=dtype, model=model, plan=plans[0][i],
                       measured=_measured(trained, row[0].name) if measured else None)
 
-    if ev.slot:
-        power, per_token, itl, bad, over, max_qps = (ev.numbers[k].tolist() for k in (
-            "power_w", "system_s_per_token", "itl_s", "not_finite", "overloaded", "max_qps"))
-    for i, (g, _, w) in enumerate(rows):
-        k = ev.slot.get(i)
-        if k is None or bad[k]:
-            err = ev.prediction(i)  # the row's WattGPUError
+    read: dict[int, _Numbers] = {}  # per Evaluated (by id; each is held by picks)
+    at: list[tuple[_Numbers, int]] = []
+    for i, (ev, j, (g, _, w), kind, why) in enumerate(picks):
+        n = read.get(id(ev))
+        if n is None:
+            n = read[id(ev)] = _Numbers.of(ev)
+        k = ev.slot.get(j)
+        at.append((n, -1 if k is None else k))
+        if k is None or n.bad[k]:
+            err = ev.prediction(j)  # the row's WattGPUError
             if g.name not in errors or w.tp >= errors[g.name][0]:
                 errors[g.name] = (w.tp, err)
             continue
         served.add(g.name)
-        if over[k]:
-            cap = float(max_qps[k] or 0.0)
-            excluded.append(((0, -cap, g.name, w.tp), Excluded(g.name, "overloaded", capacity.overload_message(qps, cap),
-                                                               make(i, False), tp=w.tp)))
+        if kind is None and n.over[k]:
+            kind, why = "overloaded", capacity.overload_message(qps, float(n.max_qps[k] or 0.0))
+        if kind is not None:  # (the point ITL is the entry's itl_sla_s without strict)
+            key = -float(n.max_qps[k] or 0.0) if kind == "overloaded" else n.itl[k]
+            excluded.append(((0, key, g.name, w.tp), Excluded(g.name, kind, str(why), make(i, False), tp=w.tp)))
             continue
-        total = power[k] * w.tp  # RankEntry.total_power_w, j_per_token: the same float operations
-        first = total * per_token[k] if sort == "energy" else total if sort == "power" else itl[k]
+        total = n.power[k] * w.tp  # RankEntry.total_power_w, j_per_token: the same float operations
+        first = total * n.per_token[k] if sort == "energy" else total if sort == "power" else n.itl[k]
         order.append(((first, g.name, w.tp), i))
     order.sort(key=itemgetter(0))
     _add_failed(excluded, errors, served)
@@ -645,9 +686,9 @@ def _table_order(pred: Any, asked: _Asked, ev: Any, sort: str, prices: Prices, d
     ranked = [i for _, i in order]
     if headroom is None or not ranked:
         return Entries(make, ranked), tuple(e for _, e in excluded)
-    util = ev.numbers["utilization"].tolist()
-    within = [i for i in ranked if util[ev.slot[i]] <= headroom + 1e-12]  # headroom_order's split, on the numbers
-    above = [i for i in ranked if util[ev.slot[i]] > headroom + 1e-12]
+    util = [at[i][0].util[at[i][1]] for i in ranked]
+    within = [i for i, u in zip(ranked, util) if u <= headroom + 1e-12]  # headroom_order's split, on the numbers
+    above = [i for i, u in zip(ranked, util) if u > headroom + 1e-12]
     marked = set(above)
     return (Entries(lambda i: above_headroom(make(i), headroom) if i in marked else make(i), within + above),
             tuple(e for _, e in excluded))

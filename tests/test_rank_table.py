@@ -162,3 +162,21 @@ def test_threads_ranking_at_once_answer_as_one():
     with ThreadPoolExecutor(4) as pool:
         together = list(pool.map(lambda a: _answer(LLM, a[0], max_itl_ms=a[1]), asks))
     assert together == alone * 4
+
+
+def test_an_sla_question_asked_again_computes_no_feature(monkeypatch):
+    pred = default_predictor()
+    memo_for(pred.bundle).clear()
+    calls = []
+    real = checks.row_errors
+    monkeypatch.setattr(checks, "row_errors", lambda rows: calls.append(len(rows)) or real(rows))
+    wl = Workload(kind="server", qps=2.0)
+    first = wattgpu.rank(LLM, wl, max_itl_ms=60.0).to_dict()
+    assert calls, "the first ask computes the rows' features"
+    n = len(calls)
+    assert wattgpu.rank(LLM, Workload(kind="server", qps=2.0), max_itl_ms=60.0).to_dict() == first
+    assert len(calls) == n, "the choices, the chosen rows' checks and their plans are kept"
+    wattgpu.rank(LLM, wl, max_itl_ms=30.0).to_dict()  # another SLA: other choices, their checks computed once
+    m = len(calls)
+    wattgpu.rank(LLM, wl, max_itl_ms=30.0).to_dict()
+    assert len(calls) == m

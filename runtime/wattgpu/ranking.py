@@ -22,8 +22,10 @@ hold the model or miss the SLA are listed separately with the reason.
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import field, fields, replace
 from functools import lru_cache
+from itertools import chain
 from operator import itemgetter
 from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
@@ -323,7 +325,7 @@ Pick = tuple[Any, int, tuple[Any, Any, Workload], "str | None", "str | None"]  #
 
 
 def _search_where(pred: Any, rows: Sequence[tuple[Any, Any, Workload]], strict: bool, max_itl_ms: float | None,
-                  max_ttft_ms: float | None) -> tuple[list[Pick], F.Columns | None]:
+                  max_ttft_ms: float | None, asked: "_Asked | None" = None) -> tuple[list[Pick], F.Columns | None]:
     """Per row: the batch cap meeting the ITL and TTFT SLAs at the lowest energy per token (the largest cap
     within ``ENERGY_TIE`` of it), from the caps :func:`_tried` evaluates; the chosen rows' Predictions come from
     that pass, or, for rows whose options were kept from an earlier call, from one pass of the chosen rows.
@@ -332,7 +334,8 @@ def _search_where(pred: Any, rows: Sequence[tuple[Any, Any, Workload]], strict: 
     or None, reason or None); a row that cannot be predicted at the cap asked for is chosen there (its error). A row is excluded
     for the SLA only when no cap meets it: "misses SLA even at
     batch 1: …" when batch 1 already misses the ITL, else the best cap's miss; "overloaded" when every cap is.
-    Also returns the chosen rows' feature columns when one pass evaluated exactly those rows (else None)."""
+    Also returns the chosen rows' feature columns when one pass evaluated exactly those rows (else None). With
+    ``asked`` (the question of ``rows``), the checks of the rows that pass evaluates are kept there."""
     tried, evaluated = _tried(pred, rows, strict)
     memo = memo_for(pred.bundle)
     # per row: (cap, kind, reason), kept with its options (the memo's) per SLA
@@ -343,7 +346,8 @@ def _search_where(pred: Any, rows: Sequence[tuple[Any, Any, Workload]], strict: 
     missing = [i for i, (b, _, _) in enumerate(choice) if (i, b) not in evaluated]
     cols = None
     if missing:
-        ev = pred.evaluate_rows([chosen[i] for i in missing])
+        sub = [chosen[i] for i in missing]
+        ev = pred.evaluate_rows(sub, None if asked is None else asked.checked_of(sub))
         evaluated.update(((i, choice[i][0]), (ev, j)) for j, i in enumerate(missing))
         cols = ev.all_cols if len(missing) == len(rows) else None  # every chosen row, in order
     return [(*evaluated[(i, b)], row, kind, why) for i, (row, (b, kind, why)) in enumerate(zip(chosen, choice))], cols
@@ -470,14 +474,14 @@ def rank(llm: Any, workload: Workload | None = None, gpus: Iterable[Any] | None 
         return _rank_fleet(pred, spec, rows, failed, wl, replicas, max_itl_ms, strict, sort, prices, tp_asked,
                            ttft_sla, util_target, dtype, launch)
     if max_itl_ms is not None or ttft_sla is not None:
-        picks, chosen_cols = _search_where(pred, rows, strict, max_itl_ms, ttft_sla)
+        picks, chosen_cols = _search_where(pred, rows, strict, max_itl_ms, ttft_sla, asked)
     else:
         evaluated = pred.evaluate_rows(rows, asked.checked)
         picks, chosen_cols = [(evaluated, i, row, None, None) for i, row in enumerate(rows)], evaluated.all_cols
     if not strict and sort in _TABLE_SORTS:
         room = util_target if wl.kind == "server" else None
         plans_of = (lambda: asked.plans) if max_itl_ms is None and ttft_sla is None else \
-            (lambda: context_plans([p[2] for p in picks], launch[1], chosen_cols))
+            (lambda: asked.plans_of([p[2] for p in picks]))
         candidates_, excluded_ = _table_order(pred, picks, failed, plans_of, sort, prices, dtype, launch[0],
                                               float(wl.qps or 0.0), room)
         return RankResult(llm=spec.name, workload=wl, sort=sort,
@@ -529,9 +533,12 @@ _TABLE_SORTS = ("energy", "power", "itl")  # sort keys read from the numbers alo
 class _Asked:
     """What a rank question reads of its spec objects alone (the GPUs, the LLM, the workload, the group size and
     the context asked): its rows, the GPUs with no group, and, when first read, the rows' checks and feature
-    columns (:meth:`Predictor.check_rows`) and context plans. Kept per question in the bundle's row memo
+    columns (:meth:`Predictor.check_rows`) and context plans, and those of the rows at the batch caps an SLA
+    chose (:meth:`checked_of`, :meth:`plans_of`). Kept per question in the bundle's row memo
     (:meth:`wattgpu.results.RowMemo.question_get`), so a question asked again computes no feature; its arrays are
     read-only."""
+
+    OTHERS = 8  # lists of rows at the caps an SLA chose, kept per question
 
     def __init__(self, gpus: Sequence[Any], spec: Any, wl: Workload, tp: int | str,
                  max_model_len: int | None) -> None:
@@ -539,16 +546,14 @@ class _Asked:
         self.rows, self.failed = _rows(gpus, spec, wl, tp)
         self._checked: Any = None
         self._plans: list[ContextPlan] | None = None
+        # per list of rows (their objects' ids): (the objects, their checks, their context plans or None)
+        self._others: dict[tuple[int, ...], tuple[tuple[Any, ...], Any, list[list[ContextPlan]]]] = {}
 
     @property
     def checked(self) -> Any:
         """:meth:`Predictor.check_rows` of the rows."""
         if self._checked is None:
-            checked = check_rows(self.rows)
-            for cols in (checked.all_cols, checked.cols):
-                for v in cols.values():
-                    v.flags.writeable = False
-            self._checked = checked
+            self._checked = _read_only(check_rows(self.rows))
         return self._checked
 
     @property
@@ -557,6 +562,37 @@ class _Asked:
         if self._plans is None:
             self._plans = context_plans(self.rows, self._max_model_len, self.checked.all_cols)
         return self._plans
+
+    def _other(self, rows: Sequence[tuple[Any, Any, Workload]]) -> tuple[Any, list[list[ContextPlan]]]:
+        """The checks of ``rows`` (rows of this question at other batch caps: an SLA's choice, whose Workload
+        objects the row memo keeps) and a box for their plans, kept per list of row objects."""
+        objs = tuple(chain.from_iterable(rows))
+        key = tuple(map(id, objs))
+        hit = self._others.get(key)
+        if hit is None or not all(map(operator.is_, hit[0], objs)):
+            if len(self._others) >= self.OTHERS:
+                self._others.clear()
+            hit = self._others[key] = (objs, _read_only(check_rows(rows)), [])
+        return hit[1], hit[2]
+
+    def checked_of(self, rows: Sequence[tuple[Any, Any, Workload]]) -> Any:
+        """:meth:`Predictor.check_rows` of ``rows`` (see :meth:`_other`)."""
+        return self._other(rows)[0]
+
+    def plans_of(self, rows: Sequence[tuple[Any, Any, Workload]]) -> list[ContextPlan]:
+        """:func:`wattgpu.launch.context_plans` of ``rows`` (see :meth:`_other`)."""
+        checked, box = self._other(rows)
+        if not box:
+            box.append(context_plans(list(rows), self._max_model_len, checked.all_cols))
+        return box[0]
+
+
+def _read_only(checked: Any) -> Any:
+    """``checked`` (:meth:`Predictor.check_rows`) with its columns made read-only, to be kept."""
+    for cols in (checked.all_cols, checked.cols):
+        for v in cols.values():
+            v.flags.writeable = False
+    return checked
 
 
 def _asked(pred: Any, gpus: Sequence[Any], spec: Any, wl: Workload, tp: int | str,

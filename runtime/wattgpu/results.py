@@ -210,10 +210,11 @@ def capacities(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], col
 def _capacity_arrays(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row], cols: F.Columns, learned: bool,
                      keys: list[tuple[Any, ...]], firsts: list[int], setups: list[Row]) -> dict[str, np.ndarray]:
     """The :class:`Capacity` fields of the set-ups ``keys`` (first seen at rows ``firsts``) as arrays, one row per
-    set-up; each set-up's Capacity memoised, and these arrays kept per list of set-ups (:meth:`RowMemo.table_get`).
-    Set-ups that differ only in their batch cap share their grids' evaluations (:func:`cap_classes`)."""
+    set-up; each set-up's capacity memoised (as its row of the table computed here, :class:`TableRow`), and these
+    arrays kept per list of set-ups (:meth:`RowMemo.table_get`). Set-ups that differ only in their batch cap share
+    their grids' evaluations (:func:`cap_classes`)."""
     memo = memo_for(bundle)
-    got = [memo.capacity_get(key, row) for key, row in zip(keys, setups)]
+    got: list[Any] = [memo.capacity_raw(key, row) for key, row in zip(keys, setups)]
     miss = [s for s, c in enumerate(got) if c is None]
     if miss:
         idx = [firsts[s] for s in miss]
@@ -221,19 +222,71 @@ def _capacity_arrays(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row
         table = capacity.capacity_table(evaluate, [setups[s] for s in miss], sub, learned,
                                         classes=cap_classes(bundle, sub))
         for j, s in enumerate(miss):
-            got[s] = Capacity.of(table, j)
-            memo.capacity_put(keys[s], setups[s], got[s])
-    out = {"max_qps": np.array([c.max_qps for c in got]),
-           "grid_batch": _padded([c.grid_batch for c in got]),
-           "grid_itl": _padded([c.grid_itl for c in got]),
-           "concurrency": np.array([c.concurrency for c in got]),
-           "limit": np.array([c.limit for c in got]),
-           "grid_conc": _padded([c.grid_conc for c in got]),
-           "grid_req": _padded([c.grid_req for c in got]),
-           "peak_k": np.array([c.peak_k for c in got], dtype=np.intp),
-           "peak_power": np.array([c.peak_power for c in got], dtype=np.float64)}
+            got[s] = TableRow(table, j)
+        for j, s in enumerate(miss[-memo.LIMIT:]):  # (the memo keeps no more of them)
+            j += max(0, len(miss) - memo.LIMIT)
+            memo.capacity_put(keys[s], setups[s], got[s] if len(miss) <= memo.LIMIT else Capacity.of(table, j))
+    out = _gathered(got)
     memo.table_put(keys, setups, out)
     return out
+
+
+CAPACITY_FIELDS = tuple(Capacity._fields)
+
+
+class TableRow(NamedTuple):
+    """A set-up's capacity as row ``j`` of the capacity table it was computed in (:func:`capacity.capacity_table`),
+    as the row memo keeps it until a one-row path reads it as a :class:`Capacity` (:meth:`RowMemo.capacity_get`):
+    gathering many set-ups' arrays from their tables is a few fancy indexes, not a round trip through tuples."""
+
+    table: Mapping[str, np.ndarray]
+    j: int
+
+
+def _gathered(got: Sequence[Any]) -> dict[str, np.ndarray]:
+    """The :class:`Capacity` fields of set-ups (each a :class:`TableRow` or a :class:`Capacity`) as arrays, one row
+    per set-up, the grids padded as :func:`capacity.capacity_table` pads them (:func:`_padded`): the same values."""
+    groups: dict[int, tuple[Mapping[str, np.ndarray], list[int], list[int]]] = {}
+    caps: list[Capacity] = []
+    at: list[int] = []
+    for s, c in enumerate(got):
+        if type(c) is TableRow:
+            g = groups.get(id(c.table))
+            if g is None:
+                g = groups[id(c.table)] = (c.table, [], [])
+            g[1].append(s)
+            g[2].append(c.j)
+        else:
+            at.append(s)
+            caps.append(c)
+    if not caps and len(groups) == 1:
+        table, _, js = next(iter(groups.values()))  # every set-up of one table, in order
+        return {k: table[k][js] for k in CAPACITY_FIELDS}
+    parts = [(np.asarray(pos, dtype=np.intp), {k: table[k][js] for k in CAPACITY_FIELDS})
+             for table, pos, js in groups.values()]
+    if caps:
+        parts.append((np.asarray(at, dtype=np.intp), _capacity_columns(caps)))
+    out = {}
+    for k in CAPACITY_FIELDS:
+        first = parts[0][1][k]
+        col = np.empty((len(got), *first.shape[1:]), dtype=first.dtype)
+        for pos, arrays in parts:
+            col[pos] = arrays[k]
+        out[k] = col
+    return out
+
+
+def _capacity_columns(got: Sequence[Capacity]) -> dict[str, np.ndarray]:
+    """:class:`Capacity` objects' fields as arrays (the grids padded, :func:`_padded`)."""
+    return {"max_qps": np.array([c.max_qps for c in got], dtype=np.float64),
+            "grid_batch": _padded([c.grid_batch for c in got]),
+            "grid_itl": _padded([c.grid_itl for c in got]),
+            "concurrency": np.array([c.concurrency for c in got], dtype=np.float64),
+            "limit": np.array([c.limit for c in got], dtype=np.float64),
+            "grid_conc": _padded([c.grid_conc for c in got]),
+            "grid_req": _padded([c.grid_req for c in got]),
+            "peak_k": np.array([c.peak_k for c in got], dtype=np.intp),
+            "peak_power": np.array([c.peak_power for c in got], dtype=np.float64)}
 
 
 def latency_numbers(cols: Any, budget: Any, batch: Any, itl: Any, tokens_per_s: Any, step_s: Any,
@@ -435,7 +488,8 @@ def scaled_factors(factors: tuple[tuple[float, float, float], ...], rho: float) 
 class RowMemo:
     """What depends only on the spec objects of a row, kept across calls: derived values of one spec
     (its raw feature columns, a workload's dict), the domain warnings of a (GPU, LLM, kind, engine),
-    the capacity of a (GPU, LLM, engine set-up), and per row (specs and every workload field) its solved
+    the capacity of a (GPU, LLM, engine set-up) (a :class:`Capacity`, or a :class:`TableRow` of the table it was
+    computed in until a one-row path reads it), and per row (specs and every workload field) its solved
     server state and the numbers the SLA batch-cap search reads of it.
 
     Keyed by ``id()`` and holding the objects themselves, so a key can never be reused by another
@@ -526,7 +580,15 @@ class RowMemo:
         self.compiled[key] = (row[0], row[1], value)
 
     def capacity_get(self, key: tuple[Any, ...], row: Row) -> Any:
-        """The memoised Capacity under ``key``, or None."""
+        """The memoised Capacity under ``key`` (a :class:`TableRow` read as its Capacity, and kept so), or None."""
+        hit = self.capacity_raw(key, row)
+        if type(hit) is TableRow:
+            hit = Capacity.of(hit.table, hit.j)
+            self.capacities[key] = (row[0], row[1], hit)
+        return hit
+
+    def capacity_raw(self, key: tuple[Any, ...], row: Row) -> Any:
+        """What :meth:`capacity_put` kept under ``key`` for ``row``'s specs (a Capacity or a TableRow), or None."""
         hit = self.capacities.get(key)
         return hit[2] if hit is not None and hit[0] is row[0] and hit[1] is row[1] else None
 

@@ -107,12 +107,18 @@ def test_entries_are_built_when_read(monkeypatch):
     assert len(built) == len(res.candidates)
 
 
-def test_a_question_asked_again_computes_no_feature(monkeypatch):
-    pred = default_predictor()
-    memo_for(pred.bundle).clear()
+@pytest.fixture
+def feature_calls(monkeypatch):
+    """The row counts of every feature computation (``checks.row_errors``) from an empty memo on."""
+    memo_for(default_predictor().bundle).clear()
     calls = []
     real = checks.row_errors
     monkeypatch.setattr(checks, "row_errors", lambda rows: calls.append(len(rows)) or real(rows))
+    return calls
+
+
+def test_a_question_asked_again_computes_no_feature(feature_calls):
+    pred, calls = default_predictor(), feature_calls
     first = wattgpu.rank(LLM, Workload(max_batch=32)).to_dict()
     assert calls == [len(pred.catalog.gpus)]
     assert wattgpu.rank(LLM, Workload(max_batch=32)).to_dict() == first  # an equal workload: the same question
@@ -164,12 +170,8 @@ def test_threads_ranking_at_once_answer_as_one():
     assert together == alone * 4
 
 
-def test_an_sla_question_asked_again_computes_no_feature(monkeypatch):
-    pred = default_predictor()
-    memo_for(pred.bundle).clear()
-    calls = []
-    real = checks.row_errors
-    monkeypatch.setattr(checks, "row_errors", lambda rows: calls.append(len(rows)) or real(rows))
+def test_an_sla_question_asked_again_computes_no_feature(feature_calls):
+    calls = feature_calls
     wl = Workload(kind="server", qps=2.0)
     first = wattgpu.rank(LLM, wl, max_itl_ms=60.0).to_dict()
     assert calls, "the first ask computes the rows' features"

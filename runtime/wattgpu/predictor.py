@@ -124,7 +124,7 @@ class Predictor:
 
     def evaluate_rows(self, triples: Sequence[Row], checked: "Checked | None" = None) -> "Evaluated":
         """Every row's numbers in one vectorised pass; Predictions built on demand (:class:`Evaluated`).
-        ``checked``: :meth:`check_rows` of these rows, when the caller kept it."""
+        ``checked``: :func:`check_rows` of these rows, when the caller kept it."""
         _check_sequence(triples)
         if not triples:
             return Evaluated(self.bundle, triples, [], [], {}, {}, {})
@@ -133,10 +133,6 @@ class Predictor:
             return Evaluated(self.bundle, triples, list(errors), [], {}, {}, {})
         numbers, mix = results.core(self.bundle, self._evaluate, [triples[i] for i in good], cols)
         return Evaluated(self.bundle, triples, list(errors), good, cols, numbers, mix, all_cols)
-
-    def check_rows(self, triples: Sequence[Row]) -> "Checked":
-        """:func:`check_rows`."""
-        return check_rows(triples)
 
     def predict_table(self, triples: Sequence[Row]) -> dict[str, Any]:
         """Array form of :meth:`predict_specs_safe` for large sweeps: no per-row objects or warnings.
@@ -171,7 +167,7 @@ class Predictor:
 
 
 class Checked(NamedTuple):
-    """:meth:`Predictor.check_rows`: per row its error or None, every row's feature columns, the rows that can be
+    """:func:`check_rows`: per row its error or None, every row's feature columns, the rows that can be
     predicted, and their columns."""
 
     errors: list[WattGPUError | None]

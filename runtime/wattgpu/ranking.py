@@ -308,17 +308,10 @@ def _tried(pred: Any, rows: Sequence[tuple[Any, Any, Workload]], strict: bool
 
 def search_caps(pred: Any, rows: Sequence[tuple[Any, Any, Workload]], strict: bool, max_itl_ms: float | None,
                 max_ttft_ms: float | None) -> list[tuple[Any, tuple[Any, Any, Workload], str | None, str | None]]:
-    """:func:`_search`'s choices."""
-    return _search(pred, rows, strict, max_itl_ms, max_ttft_ms)[0]
-
-
-def _search(pred: Any, rows: Sequence[tuple[Any, Any, Workload]], strict: bool, max_itl_ms: float | None,
-            max_ttft_ms: float | None) -> tuple[list[tuple[Any, tuple[Any, Any, Workload], str | None, str | None]],
-                                                F.Columns | None]:
-    """:func:`_search_where` with each chosen row's Prediction (or WattGPUError) in place of where it was
+    """:func:`_search_where`'s choices with each chosen row's Prediction (or WattGPUError) in place of where it was
     evaluated: (prediction or error, the row at the chosen cap, exclusion kind or None, reason or None)."""
-    picks, cols = _search_where(pred, rows, strict, max_itl_ms, max_ttft_ms)
-    return [(ev.prediction(j), row, kind, why) for ev, j, row, kind, why in picks], cols
+    return [(ev.prediction(j), row, kind, why) for ev, j, row, kind, why in
+            _search_where(pred, rows, strict, max_itl_ms, max_ttft_ms)[0]]
 
 
 Pick = tuple[Any, int, tuple[Any, Any, Workload], "str | None", "str | None"]  # (Evaluated, its row, the row, kind, why)
@@ -355,7 +348,7 @@ def _search_where(pred: Any, rows: Sequence[tuple[Any, Any, Workload]], strict: 
 
 def _choose(options: tuple[_Option, ...], max_itl_ms: float | None, max_ttft_ms: float | None,
             max_batch: int, qps: float | None) -> tuple[int, str | None, str | None]:
-    """:func:`_search`'s choice for one row from its ``options`` (the row asked for cap ``max_batch`` at ``qps``):
+    """:func:`_search_where`'s choice for one row from its ``options`` (the row asked for cap ``max_batch`` at ``qps``):
     (cap, exclusion kind or None, reason or None)."""
     asked = next(o for o in options if o.cap == max_batch)
     good = [o for o in options if o.ok]
@@ -533,7 +526,7 @@ _TABLE_SORTS = ("energy", "power", "itl")  # sort keys read from the numbers alo
 class _Asked:
     """What a rank question reads of its spec objects alone (the GPUs, the LLM, the workload, the group size and
     the context asked): its rows, the GPUs with no group, and, when first read, the rows' checks and feature
-    columns (:meth:`Predictor.check_rows`) and context plans, and those of the rows at the batch caps an SLA
+    columns (:func:`wattgpu.predictor.check_rows`) and context plans, and those of the rows at the batch caps an SLA
     chose (:meth:`checked_of`, :meth:`plans_of`). Kept per question in the bundle's row memo
     (:meth:`wattgpu.results.RowMemo.question_get`), so a question asked again computes no feature; its arrays are
     read-only."""
@@ -551,7 +544,7 @@ class _Asked:
 
     @property
     def checked(self) -> Any:
-        """:meth:`Predictor.check_rows` of the rows."""
+        """:func:`wattgpu.predictor.check_rows` of the rows."""
         if self._checked is None:
             self._checked = _read_only(check_rows(self.rows))
         return self._checked
@@ -576,7 +569,7 @@ class _Asked:
         return hit[1], hit[2]
 
     def checked_of(self, rows: Sequence[tuple[Any, Any, Workload]]) -> Any:
-        """:meth:`Predictor.check_rows` of ``rows`` (see :meth:`_other`)."""
+        """:func:`wattgpu.predictor.check_rows` of ``rows`` (see :meth:`_other`)."""
         return self._other(rows)[0]
 
     def plans_of(self, rows: Sequence[tuple[Any, Any, Workload]]) -> list[ContextPlan]:
@@ -588,7 +581,7 @@ class _Asked:
 
 
 def _read_only(checked: Any) -> Any:
-    """``checked`` (:meth:`Predictor.check_rows`) with its columns made read-only, to be kept."""
+    """``checked`` (:func:`wattgpu.predictor.check_rows`) with its columns made read-only, to be kept."""
     for cols in (checked.all_cols, checked.cols):
         for v in cols.values():
             v.flags.writeable = False
@@ -678,7 +671,7 @@ def _table_order(pred: Any, picks: Sequence[Pick], failed: Mapping[str, tuple[in
     entry-by-entry path (tests/test_rank_table.py)."""
     errors: dict[str, tuple[int, WattGPUError]] = dict(failed)
     served: set[str] = set()
-    order: list[tuple[tuple[Any, ...], int]] = []
+    order: list[tuple[tuple[Any, ...], int, float]] = []  # (sort key, pick, utilization)
     excluded: list[tuple[tuple[int, float, str, int], Excluded]] = []
     trained = _trained_gpus(pred)
     plans: list[list[ContextPlan]] = []
@@ -694,13 +687,11 @@ def _table_order(pred: Any, picks: Sequence[Pick], failed: Mapping[str, tuple[in
                       measured=_measured(trained, row[0].name) if measured else None)
 
     read: dict[int, _Numbers] = {}  # per Evaluated (by id; each is held by picks)
-    at: list[tuple[_Numbers, int]] = []
     for i, (ev, j, (g, _, w), kind, why) in enumerate(picks):
         n = read.get(id(ev))
         if n is None:
             n = read[id(ev)] = _Numbers.of(ev)
         k = ev.slot.get(j)
-        at.append((n, -1 if k is None else k))
         if k is None or n.bad[k]:
             err = ev.prediction(j)  # the row's WattGPUError
             if g.name not in errors or w.tp >= errors[g.name][0]:
@@ -715,16 +706,14 @@ def _table_order(pred: Any, picks: Sequence[Pick], failed: Mapping[str, tuple[in
             continue
         total = n.power[k] * w.tp  # RankEntry.total_power_w, j_per_token: the same float operations
         first = total * n.per_token[k] if sort == "energy" else total if sort == "power" else n.itl[k]
-        order.append(((first, g.name, w.tp), i))
+        order.append(((first, g.name, w.tp), i, n.util[k]))
     order.sort(key=itemgetter(0))
     _add_failed(excluded, errors, served)
     excluded.sort(key=lambda t: t[0])
-    ranked = [i for _, i in order]
-    if headroom is None or not ranked:
-        return Entries(make, ranked), tuple(e for _, e in excluded)
-    util = [at[i][0].util[at[i][1]] for i in ranked]
-    within = [i for i, u in zip(ranked, util) if u <= headroom + 1e-12]  # headroom_order's split, on the numbers
-    above = [i for i, u in zip(ranked, util) if u > headroom + 1e-12]
+    if headroom is None:
+        return Entries(make, [i for _, i, _ in order]), tuple(e for _, e in excluded)
+    within = [i for _, i, u in order if u <= headroom + 1e-12]  # headroom_order's split, on the numbers
+    above = [i for _, i, u in order if u > headroom + 1e-12]
     marked = set(above)
     return (Entries(lambda i: above_headroom(make(i), headroom) if i in marked else make(i), within + above),
             tuple(e for _, e in excluded))

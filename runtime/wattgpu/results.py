@@ -223,9 +223,10 @@ def _capacity_arrays(bundle: ModelBundle, evaluate: Evaluate, rows: Sequence[Row
                                         classes=cap_classes(bundle, sub))
         for j, s in enumerate(miss):
             got[s] = TableRow(table, j)
-        for j, s in enumerate(miss[-memo.LIMIT:]):  # (the memo keeps no more of them)
-            j += max(0, len(miss) - memo.LIMIT)
-            memo.capacity_put(keys[s], setups[s], got[s] if len(miss) <= memo.LIMIT else Capacity.of(table, j))
+        start = max(0, len(miss) - memo.LIMIT)  # the memo keeps no more than the last LIMIT; a larger table
+        for j in range(start, len(miss)):  # is not kept alive by them: they are kept as Capacities
+            s = miss[j]
+            memo.capacity_put(keys[s], setups[s], got[s] if start == 0 else Capacity.of(table, j))
     out = _gathered(got)
     memo.table_put(keys, setups, out)
     return out
